@@ -1,0 +1,5 @@
+import sys
+
+from koi.cli import main
+
+sys.exit(main())

@@ -1,0 +1,60 @@
+"""The koi exception tree.
+
+Every error koi raises derives from :class:`KoiError`; each subclass also derives from the
+builtin a caller would naturally catch (``ValueError`` for bad input, ``RuntimeError`` for a
+solver that failed).  No pluggy, cvxpy or highspy exception escapes the library.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CycleError",
+    "InfeasibleError",
+    "InvalidInput",
+    "KoiError",
+    "KoiWarning",
+    "PluginError",
+    "SolverError",
+    "SolverLimitError",
+    "StateError",
+]
+
+
+class KoiError(Exception):
+    """Root of every error raised by koi."""
+
+
+class InvalidInput(KoiError, ValueError):
+    """A value, file or message given to koi is malformed; the message names what and where."""
+
+
+class CycleError(InvalidInput):
+    """An edge would break the X -> V -> Y structure of the causal graph."""
+
+
+class PluginError(KoiError):
+    """A plugin raised or returned something invalid; ``plugin`` names it."""
+
+    def __init__(self, plugin: str, message: str) -> None:
+        super().__init__(f"plugin {plugin!r}: {message}")
+        self.plugin = plugin
+
+
+class SolverError(KoiError, RuntimeError):
+    """An optimisation backend failed."""
+
+
+class InfeasibleError(SolverError):
+    """The optimisation problem has no feasible solution."""
+
+
+class SolverLimitError(SolverError):
+    """A time or node limit was reached before any incumbent was found."""
+
+
+class StateError(KoiError, RuntimeError):
+    """A planner checkpoint is missing, corrupt, or from a newer schema version."""
+
+
+class KoiWarning(UserWarning):
+    """Something was ignored or degraded, and the caller should know."""

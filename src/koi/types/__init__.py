@@ -1,0 +1,58 @@
+"""Frozen value types of koi (DESIGN §2) and their JSON round-trip."""
+
+from __future__ import annotations
+
+from koi.types._deploy import Chain, Config, Ladder, Rank
+from koi.types._enums import (
+    ActionKind,
+    Arrival,
+    JobClass,
+    LinkKind,
+    Market,
+    Mediator,
+    Outcome,
+    Quant,
+    Routing,
+)
+from koi.types._hardware import Environment, GpuSpec, Pool
+from koi.types._model import ModelSpec
+from koi.types._serde import from_data, from_json, to_data, to_json
+from koi.types._snapshot import ActiveDeployment, ClusterSnapshot, JobAction, Plan
+from koi.types._telemetry import Mediators, Observation, Outcomes
+from koi.types._workload import Job, LengthDist, ObjectiveWeights, ServingTarget, WorkloadProfile
+
+__all__ = [
+    "ActionKind",
+    "ActiveDeployment",
+    "Arrival",
+    "Chain",
+    "ClusterSnapshot",
+    "Config",
+    "Environment",
+    "GpuSpec",
+    "Job",
+    "JobAction",
+    "JobClass",
+    "Ladder",
+    "LengthDist",
+    "LinkKind",
+    "Market",
+    "Mediator",
+    "Mediators",
+    "ModelSpec",
+    "ObjectiveWeights",
+    "Observation",
+    "Outcome",
+    "Outcomes",
+    "Plan",
+    "Pool",
+    "Quant",
+    "Rank",
+    "Routing",
+    "ServingTarget",
+    "WorkloadProfile",
+    "from_data",
+    "from_json",
+    "to_data",
+    "to_json",
+]

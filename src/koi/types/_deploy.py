@@ -1,0 +1,106 @@
+"""Deployment structure (paper §2.2): config -> chain -> rank -> ladder."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import attrs
+
+from koi.types._enums import Quant, Routing
+from koi.types._hardware import Environment
+from koi.types._validate import name, one_of, positive_int, to_enum, to_tuple
+
+__all__ = ["Chain", "Config", "Ladder", "Rank"]
+
+
+@attrs.frozen
+class Config:
+    """The paper's ``x``: how one model copy is served."""
+
+    engine: str = attrs.field(default="vllm", validator=name)
+    tp: int = attrs.field(default=1, validator=positive_int)
+    pp: int = attrs.field(default=1, validator=positive_int)
+    quant: Quant = attrs.field(default=Quant.BF16, converter=to_enum(Quant), validator=one_of(Quant))
+    max_batch_size: int = attrs.field(default=256, validator=positive_int)
+    max_batched_tokens: int = attrs.field(default=8192, validator=positive_int)
+    routing: Routing = attrs.field(
+        default=Routing.LEAST_LOADED, converter=to_enum(Routing), validator=one_of(Routing)
+    )
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+
+@attrs.frozen
+class Chain:
+    """One model copy running in ``environment`` under ``config`` (paper's ``c = (e, x)``)."""
+
+    model: str = attrs.field(validator=name)
+    environment: Environment
+    config: Config
+
+    @property
+    def gpus(self) -> int:
+        return self.config.gpus
+
+    @property
+    def instances(self) -> float:
+        """Instances occupied, as a share when several chains pack onto one instance."""
+        return self.gpus / self.environment.gpus_per_instance
+
+    @property
+    def price_usd_per_h(self) -> float:
+        return self.gpus * self.environment.price_usd_per_gpu_h
+
+
+@attrs.frozen
+class Rank:
+    """``replicas`` identical copies of one chain."""
+
+    chain: Chain
+    replicas: int = attrs.field(default=1, validator=positive_int)
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.chain.gpus
+
+    @property
+    def whole_instances(self) -> int:
+        """Instances needed if this rank is packed alone."""
+        return math.ceil(self.gpus / self.chain.environment.gpus_per_instance)
+
+    @property
+    def price_usd_per_h(self) -> float:
+        return self.replicas * self.chain.price_usd_per_h
+
+
+@attrs.frozen
+class Ladder:
+    """The ranks assigned to one job; the empty ladder means "not running"."""
+
+    ranks: tuple[Rank, ...] = attrs.field(default=(), converter=to_tuple)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.ranks
+
+    @property
+    def gpus(self) -> int:
+        return sum(r.gpus for r in self.ranks)
+
+    @property
+    def replicas(self) -> int:
+        return sum(r.replicas for r in self.ranks)
+
+    @property
+    def price_usd_per_h(self) -> float:
+        return sum(r.price_usd_per_h for r in self.ranks)
+
+    def gpus_by_pool(self) -> dict[str, int]:
+        """GPUs this ladder occupies in each pool (by environment id)."""
+        use: Counter[str] = Counter()
+        for r in self.ranks:
+            use[r.chain.environment.id] += r.gpus
+        return dict(use)

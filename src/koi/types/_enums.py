@@ -1,0 +1,106 @@
+"""Closed vocabularies shared by every layer."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "ActionKind",
+    "Arrival",
+    "JobClass",
+    "LinkKind",
+    "Market",
+    "Mediator",
+    "Outcome",
+    "Quant",
+    "Routing",
+]
+
+
+class Market(enum.StrEnum):
+    """How capacity is bought."""
+
+    ON_DEMAND = "on_demand"
+    SPOT = "spot"
+    RESERVED = "reserved"
+
+
+class LinkKind(enum.StrEnum):
+    """Intra-node GPU interconnect."""
+
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    INFINITY_FABRIC = "infinity_fabric"
+
+
+class Quant(enum.StrEnum):
+    """Weight quantization."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+    INT4 = "int4"
+
+    @property
+    def bytes_per_param(self) -> float:
+        return {Quant.BF16: 2.0, Quant.FP8: 1.0, Quant.INT4: 0.5}[self]
+
+
+class Routing(enum.StrEnum):
+    """How requests are spread over the replicas of a rank."""
+
+    ROUND_ROBIN = "round_robin"
+    LEAST_LOADED = "least_loaded"
+
+
+class Arrival(enum.StrEnum):
+    """Request arrival process."""
+
+    POISSON = "poisson"
+    CONSTANT = "constant"
+    GAMMA = "gamma"
+
+
+class JobClass(enum.StrEnum):
+    """Online services have latency targets; batch jobs have deadlines."""
+
+    ONLINE = "online"
+    BATCH = "batch"
+
+
+class ActionKind(enum.StrEnum):
+    """What a plan does with a job this tick."""
+
+    PLACE = "place"
+    RECONFIGURE = "reconfigure"
+    KEEP = "keep"
+    DEFER = "defer"
+    STOP = "stop"
+
+
+class Outcome(enum.StrEnum):
+    """The five serving outcomes Y of the causal graph (paper §2.2)."""
+
+    COST = "cost_per_mtok_usd"
+    TTFT = "p99_ttft_ms"
+    TPOT = "p99_tpot_ms"
+    THROUGHPUT = "throughput_tok_s"
+    SLO_MARGIN = "slo_margin"
+
+    @property
+    def maximized(self) -> bool:
+        return self in (Outcome.THROUGHPUT, Outcome.SLO_MARGIN)
+
+
+class Mediator(enum.StrEnum):
+    """Runtime mediators V: each predicted by the surrogate and present in telemetry."""
+
+    KV_CACHE_UTIL = "kv_cache_util"
+    MEAN_BATCH = "mean_batch_size"
+    QUEUE_DEPTH = "queue_depth"
+    MEM_BW_UTIL = "mem_bw_util"
+    COMPUTE_UTIL = "compute_util"
+    COMM_SHARE = "comm_share"
+    BUBBLE_FRACTION = "bubble_fraction"
+    PREEMPTION_RATE = "preemption_rate"
+    PREFILL_SHARE = "prefill_share"
+    MEMORY_PRESSURE = "memory_pressure"

@@ -1,0 +1,84 @@
+"""Accelerators, the environments that sell them, and pools of obtainable capacity."""
+
+from __future__ import annotations
+
+import attrs
+
+from koi.types._enums import LinkKind, Market
+from koi.types._validate import (
+    name,
+    non_negative,
+    non_negative_int,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+    to_enum,
+)
+
+__all__ = ["Environment", "GpuSpec", "Pool"]
+
+
+@attrs.frozen
+class GpuSpec:
+    """One accelerator type. Bandwidths are per GPU and per direction; TFLOPS are dense.
+
+    ``fp8_tflops`` / ``int4_tflops`` are ``None`` where the tensor cores lack that format (the
+    weights can still be stored quantized and dequantized to BF16 for the math).
+    """
+
+    name: str = attrs.field(validator=name)
+    vendor: str = attrs.field(validator=name)
+    memory_gib: float = attrs.field(validator=positive)
+    hbm_tb_s: float = attrs.field(validator=positive)
+    bf16_tflops: float = attrs.field(validator=positive)
+    fp8_tflops: float | None = attrs.field(validator=optional(positive))
+    int4_tflops: float | None = attrs.field(validator=optional(positive))
+    link: LinkKind = attrs.field(converter=to_enum(LinkKind), validator=one_of(LinkKind))
+    link_gb_s: float = attrs.field(validator=positive)
+    gpus_per_node: int = attrs.field(validator=positive_int)
+    internode_gb_s: float = attrs.field(validator=positive)
+
+
+@attrs.frozen
+class Environment:
+    """Where a chain runs (paper's ``e``): a cloud instance type in one region and market."""
+
+    cloud: str = attrs.field(validator=name)
+    region: str = attrs.field(validator=name)
+    market: Market = attrs.field(converter=to_enum(Market), validator=one_of(Market))
+    instance_type: str = attrs.field(validator=name)
+    gpu: str = attrs.field(validator=name)
+    gpus_per_instance: int = attrs.field(validator=positive_int)
+    price_usd_per_h: float = attrs.field(validator=non_negative)
+    preemption_per_h: float = attrs.field(default=0.0, validator=non_negative)
+    multi_node: bool = False
+
+    @property
+    def id(self) -> str:
+        """Stable identifier: ``cloud/region/market/instance_type``."""
+        return f"{self.cloud}/{self.region}/{self.market.value}/{self.instance_type}"
+
+    @property
+    def price_usd_per_gpu_h(self) -> float:
+        return self.price_usd_per_h / self.gpus_per_instance
+
+
+@attrs.frozen
+class Pool:
+    """An environment with the number of instances the planner may hold there.
+
+    ``capacity_instances`` counts everything obtainable, including instances occupied by the
+    current ladders of active jobs; the planner derives what is free.
+    """
+
+    environment: Environment
+    capacity_instances: int = attrs.field(validator=non_negative_int)
+
+    @property
+    def id(self) -> str:
+        return self.environment.id
+
+    @property
+    def capacity_gpus(self) -> int:
+        return self.capacity_instances * self.environment.gpus_per_instance

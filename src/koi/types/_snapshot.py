@@ -1,0 +1,123 @@
+"""What the planner sees (cluster snapshot) and what it returns (plan)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from koi.errors import InvalidInput
+from koi.types._deploy import Ladder
+from koi.types._enums import ActionKind
+from koi.types._hardware import Pool
+from koi.types._validate import name, non_negative, one_of, to_enum, to_tuple
+from koi.types._workload import Job
+
+__all__ = ["ActiveDeployment", "ClusterSnapshot", "JobAction", "Plan"]
+
+
+@attrs.frozen
+class ActiveDeployment:
+    """The ladder a job currently runs on, and since when."""
+
+    job_id: str = attrs.field(validator=name)
+    ladder: Ladder
+    since_s: float = attrs.field(default=0.0, validator=non_negative)
+
+
+def _unique(what: str, ids: list[str]) -> None:
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise InvalidInput(f"{what}: duplicate id {i!r}")
+        seen.add(i)
+
+
+@attrs.frozen
+class ClusterSnapshot:
+    """The paper's ``R_t`` plus the job lists: one frozen view of the fleet at ``time_s``.
+
+    Jobs with an entry in ``active`` are active; the others are pending.
+    """
+
+    time_s: float = attrs.field(validator=non_negative)
+    jobs: tuple[Job, ...] = attrs.field(converter=to_tuple)
+    pools: tuple[Pool, ...] = attrs.field(converter=to_tuple)
+    active: tuple[ActiveDeployment, ...] = attrs.field(default=(), converter=to_tuple)
+
+    def __attrs_post_init__(self) -> None:
+        _unique("jobs", [j.id for j in self.jobs])
+        _unique("pools", [p.id for p in self.pools])
+        _unique("active", [a.job_id for a in self.active])
+        job_ids = {j.id for j in self.jobs}
+        pool_ids = {p.id for p in self.pools}
+        for k, a in enumerate(self.active):
+            if a.job_id not in job_ids:
+                raise InvalidInput(f"active[{k}].job_id: unknown job {a.job_id!r}")
+            for r, rank in enumerate(a.ladder.ranks):
+                env_id = rank.chain.environment.id
+                if env_id not in pool_ids:
+                    msg = f"active[{k}].ladder.ranks[{r}]: unknown pool {env_id!r}"
+                    raise InvalidInput(msg)
+
+    def job(self, job_id: str) -> Job:
+        for j in self.jobs:
+            if j.id == job_id:
+                return j
+        raise InvalidInput(f"job_id: unknown job {job_id!r}")
+
+    def pool(self, pool_id: str) -> Pool:
+        for p in self.pools:
+            if p.id == pool_id:
+                return p
+        raise InvalidInput(f"pool_id: unknown pool {pool_id!r}")
+
+    @property
+    def current_ladders(self) -> Mapping[str, Ladder]:
+        """Job id -> current ladder, for active jobs."""
+        return {a.job_id: a.ladder for a in self.active}
+
+    @property
+    def pending(self) -> tuple[Job, ...]:
+        active = {a.job_id for a in self.active}
+        return tuple(j for j in self.jobs if j.id not in active)
+
+
+@attrs.frozen
+class JobAction:
+    """What the plan does with one job, the ladder it ends on and a one-line reason."""
+
+    job_id: str = attrs.field(validator=name)
+    kind: ActionKind = attrs.field(converter=to_enum(ActionKind), validator=one_of(ActionKind))
+    ladder: Ladder = attrs.field(factory=Ladder)
+    reason: str = ""
+
+    def __attrs_post_init__(self) -> None:
+        running = self.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE, ActionKind.KEEP)
+        if running == self.ladder.is_empty:
+            need = "a non-empty" if running else "an empty"
+            raise InvalidInput(f"ladder: action {self.kind.value} needs {need} ladder")
+
+
+@attrs.frozen
+class Plan:
+    """One action per active and pending job, plus diagnostics that justify it."""
+
+    time_s: float = attrs.field(validator=non_negative)
+    actions: tuple[JobAction, ...] = attrs.field(converter=to_tuple)
+    diagnostics: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
+
+    def __attrs_post_init__(self) -> None:
+        _unique("actions", [a.job_id for a in self.actions])
+
+    def action(self, job_id: str) -> JobAction:
+        for a in self.actions:
+            if a.job_id == job_id:
+                return a
+        raise InvalidInput(f"job_id: no action for job {job_id!r}")
+
+    @property
+    def ladders(self) -> Mapping[str, Ladder]:
+        """Job id -> ladder after the plan is applied (running jobs only)."""
+        return {a.job_id: a.ladder for a in self.actions if not a.ladder.is_empty}

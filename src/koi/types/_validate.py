@@ -1,0 +1,114 @@
+"""attrs validators that raise :class:`koi.errors.InvalidInput` naming the field and the value."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from koi.errors import InvalidInput
+
+Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
+
+
+def _fail(attribute: attrs.Attribute[Any], rule: str, value: object) -> InvalidInput:
+    return InvalidInput(f"{attribute.name}: must be {rule}, got {value!r}")
+
+
+def _number(attribute: attrs.Attribute[Any], value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _fail(attribute, "a number", value)
+    if math.isnan(value):
+        raise _fail(attribute, "a number, not NaN", value)
+    return float(value)
+
+
+def positive(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Finite and strictly positive."""
+    v = _number(attribute, value)
+    if not (0 < v < math.inf):
+        raise _fail(attribute, "> 0", value)
+
+
+def non_negative(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Finite and at least zero."""
+    v = _number(attribute, value)
+    if not (0 <= v < math.inf):
+        raise _fail(attribute, ">= 0", value)
+
+
+def non_negative_or_inf(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """At least zero; infinity allowed (an overloaded queue has unbounded latency)."""
+    if _number(attribute, value) < 0:
+        raise _fail(attribute, ">= 0", value)
+
+
+def finite(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Any finite number."""
+    if not math.isfinite(_number(attribute, value)):
+        raise _fail(attribute, "finite", value)
+
+
+def fraction(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A number in [0, 1]."""
+    v = _number(attribute, value)
+    if not 0 <= v <= 1:
+        raise _fail(attribute, "in [0, 1]", value)
+
+
+def optional(validator: Validator) -> Validator:
+    """Apply ``validator`` unless the value is ``None``."""
+
+    def check(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None:
+            validator(inst, attribute, value)
+
+    return check
+
+
+def positive_int(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An ``int`` >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _fail(attribute, "an integer >= 1", value)
+
+
+def non_negative_int(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """An ``int`` >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _fail(attribute, "an integer >= 0", value)
+
+
+def name(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A non-empty string without surrounding whitespace."""
+    if not isinstance(value, str) or not value or value != value.strip():
+        raise _fail(attribute, "a non-empty name", value)
+
+
+def one_of(kind: type[Any]) -> Validator:
+    """A member of the enum ``kind``."""
+
+    def check(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind):
+            choices = ", ".join(str(m.value) for m in kind)
+            raise _fail(attribute, f"one of {choices}", value)
+
+    return check
+
+
+def to_tuple(value: Any) -> tuple[Any, ...]:
+    """Converter: lists become tuples so that value types stay hashable."""
+    return tuple(value)
+
+
+def to_enum(kind: type[Any]) -> Callable[[Any], Any]:
+    """Converter: a valid enum value becomes the member; anything else is left for ``one_of``."""
+
+    def convert(value: Any) -> Any:
+        try:
+            return kind(value)
+        except ValueError:
+            return value
+
+    return convert

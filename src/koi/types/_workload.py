@@ -1,0 +1,151 @@
+"""Workloads, serving targets, objective weights and jobs."""
+
+from __future__ import annotations
+
+import attrs
+
+from koi.errors import InvalidInput
+from koi.types._enums import Arrival, JobClass, Outcome
+from koi.types._validate import (
+    fraction,
+    name,
+    non_negative,
+    non_negative_int,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+    to_enum,
+)
+
+__all__ = ["Job", "LengthDist", "ObjectiveWeights", "ServingTarget", "WorkloadProfile"]
+
+
+@attrs.frozen
+class LengthDist:
+    """A token-length distribution: log-normal with this mean and coefficient of variation,
+    truncated to ``[1, max]``."""
+
+    mean: float = attrs.field(validator=positive)
+    cv: float = attrs.field(default=0.0, validator=non_negative)
+    max: int = attrs.field(default=1_000_000, validator=positive_int)
+
+    def __attrs_post_init__(self) -> None:
+        if self.mean > self.max:
+            raise InvalidInput(f"mean: must be <= max ({self.max}), got {self.mean}")
+
+
+@attrs.frozen
+class WorkloadProfile:
+    """The paper's ``W_i``.
+
+    Online jobs set ``rate_rps`` (mean requests per second).  Batch jobs set
+    ``total_requests`` and are served as fast as their ladder allows (closed loop).
+    """
+
+    input_len: LengthDist
+    output_len: LengthDist
+    arrival: Arrival = attrs.field(
+        default=Arrival.POISSON, converter=to_enum(Arrival), validator=one_of(Arrival)
+    )
+    rate_rps: float | None = attrs.field(default=None, validator=optional(positive))
+    total_requests: int | None = attrs.field(default=None, validator=optional(positive_int))
+    gamma_cv: float = attrs.field(default=1.0, validator=positive)
+    prefix_share: float = attrs.field(default=0.0, validator=fraction)
+
+    @property
+    def offered_output_tok_s(self) -> float:
+        """Mean output tokens per second offered by an online workload (0 for batch)."""
+        return (self.rate_rps or 0.0) * self.output_len.mean
+
+
+@attrs.frozen
+class ServingTarget:
+    """The paper's ``S_i``: p99 latency bounds for online jobs, a deadline for batch jobs.
+
+    ``deadline_s`` is absolute simulated/host time in seconds.
+    """
+
+    p99_ttft_ms: float | None = attrs.field(default=None, validator=optional(positive))
+    p99_tpot_ms: float | None = attrs.field(default=None, validator=optional(positive))
+    deadline_s: float | None = attrs.field(default=None, validator=optional(non_negative))
+
+    @classmethod
+    def online(cls, *, p99_ttft_ms: float, p99_tpot_ms: float) -> ServingTarget:
+        return cls(p99_ttft_ms=p99_ttft_ms, p99_tpot_ms=p99_tpot_ms)
+
+    @classmethod
+    def batch(cls, *, deadline_s: float) -> ServingTarget:
+        return cls(deadline_s=deadline_s)
+
+
+@attrs.frozen
+class ObjectiveWeights:
+    """Relative importance of the five outcomes for one job (need not sum to one)."""
+
+    cost: float = attrs.field(default=1.0, validator=non_negative)
+    ttft: float = attrs.field(default=1.0, validator=non_negative)
+    tpot: float = attrs.field(default=1.0, validator=non_negative)
+    throughput: float = attrs.field(default=1.0, validator=non_negative)
+    slo_margin: float = attrs.field(default=1.0, validator=non_negative)
+
+    def __attrs_post_init__(self) -> None:
+        if not any(attrs.astuple(self)):
+            raise InvalidInput("weights: at least one objective weight must be > 0")
+
+    def of(self, outcome: Outcome) -> float:
+        return {
+            Outcome.COST: self.cost,
+            Outcome.TTFT: self.ttft,
+            Outcome.TPOT: self.tpot,
+            Outcome.THROUGHPUT: self.throughput,
+            Outcome.SLO_MARGIN: self.slo_margin,
+        }[outcome]
+
+
+@attrs.frozen
+class Job:
+    """One LLM job: a model, a workload, a class and its serving target.
+
+    ``completed_requests`` is the host's progress count for batch jobs (0 for online jobs).
+    """
+
+    id: str = attrs.field(validator=name)
+    model: str = attrs.field(validator=name)
+    job_class: JobClass = attrs.field(converter=to_enum(JobClass), validator=one_of(JobClass))
+    workload: WorkloadProfile
+    target: ServingTarget
+    tenant: str = attrs.field(default="default", validator=name)
+    weights: ObjectiveWeights = attrs.field(factory=ObjectiveWeights)
+    priority: int = attrs.field(default=0, validator=non_negative_int)
+    arrival_s: float = attrs.field(default=0.0, validator=non_negative)
+    quota_group: str | None = None
+    completed_requests: int = attrs.field(default=0, validator=non_negative_int)
+
+    def __attrs_post_init__(self) -> None:
+        w, t = self.workload, self.target
+        if self.job_class is JobClass.ONLINE:
+            if w.rate_rps is None:
+                raise InvalidInput("workload.rate_rps: required for an online job")
+            if t.p99_ttft_ms is None or t.p99_tpot_ms is None:
+                raise InvalidInput("target: an online job needs p99_ttft_ms and p99_tpot_ms")
+        else:
+            if w.total_requests is None:
+                raise InvalidInput("workload.total_requests: required for a batch job")
+            if t.deadline_s is None:
+                raise InvalidInput("target.deadline_s: required for a batch job")
+            if self.completed_requests > w.total_requests:
+                msg = (
+                    f"completed_requests: must be <= total_requests ({w.total_requests}), "
+                    f"got {self.completed_requests}"
+                )
+                raise InvalidInput(msg)
+
+    @property
+    def is_online(self) -> bool:
+        return self.job_class is JobClass.ONLINE
+
+    @property
+    def remaining_requests(self) -> int:
+        """Batch requests still to serve (0 for online jobs)."""
+        return (self.workload.total_requests or 0) - self.completed_requests
