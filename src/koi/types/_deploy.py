@@ -7,9 +7,9 @@ from collections import Counter
 
 import attrs
 
-from koi.types._enums import Quant, Routing
+from koi.types._enums import Quant, Routing, to_quant, to_routing
 from koi.types._hardware import Environment
-from koi.types._validate import name, one_of, positive_int, to_enum, to_tuple
+from koi.types._validate import identifier, one_of, positive_int, to_tuple
 
 __all__ = ["Chain", "Config", "Ladder", "Rank"]
 
@@ -18,14 +18,14 @@ __all__ = ["Chain", "Config", "Ladder", "Rank"]
 class Config:
     """The paper's ``x``: how one model copy is served."""
 
-    engine: str = attrs.field(default="vllm", validator=name)
+    engine: str = attrs.field(default="vllm", validator=identifier)
     tp: int = attrs.field(default=1, validator=positive_int)
     pp: int = attrs.field(default=1, validator=positive_int)
-    quant: Quant = attrs.field(default=Quant.BF16, converter=to_enum(Quant), validator=one_of(Quant))
+    quant: Quant = attrs.field(default=Quant.BF16, converter=to_quant, validator=one_of(Quant))
     max_batch_size: int = attrs.field(default=256, validator=positive_int)
     max_batched_tokens: int = attrs.field(default=8192, validator=positive_int)
     routing: Routing = attrs.field(
-        default=Routing.LEAST_LOADED, converter=to_enum(Routing), validator=one_of(Routing)
+        default=Routing.LEAST_LOADED, converter=to_routing, validator=one_of(Routing)
     )
 
     @property
@@ -37,7 +37,7 @@ class Config:
 class Chain:
     """One model copy running in ``environment`` under ``config`` (paper's ``c = (e, x)``)."""
 
-    model: str = attrs.field(validator=name)
+    model: str = attrs.field(validator=identifier)
     environment: Environment
     config: Config
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+from typing import Any, TypeVar
+
+E = TypeVar("E", bound=enum.Enum)
 
 __all__ = [
     "ActionKind",
@@ -104,3 +107,40 @@ class Mediator(enum.StrEnum):
     PREEMPTION_RATE = "preemption_rate"
     PREFILL_SHARE = "prefill_share"
     MEMORY_PRESSURE = "memory_pressure"
+
+
+def _coerce(kind: type[E], value: Any) -> Any:
+    """A valid enum value becomes the member; anything else is left for the validator."""
+    try:
+        return kind(value)
+    except ValueError:
+        return value
+
+
+# Named converters (mypy's attrs plugin wants named functions).
+def to_market(value: Any) -> Market:
+    return _coerce(Market, value)  # type: ignore[no-any-return]
+
+
+def to_link(value: Any) -> LinkKind:
+    return _coerce(LinkKind, value)  # type: ignore[no-any-return]
+
+
+def to_quant(value: Any) -> Quant:
+    return _coerce(Quant, value)  # type: ignore[no-any-return]
+
+
+def to_routing(value: Any) -> Routing:
+    return _coerce(Routing, value)  # type: ignore[no-any-return]
+
+
+def to_arrival(value: Any) -> Arrival:
+    return _coerce(Arrival, value)  # type: ignore[no-any-return]
+
+
+def to_job_class(value: Any) -> JobClass:
+    return _coerce(JobClass, value)  # type: ignore[no-any-return]
+
+
+def to_action(value: Any) -> ActionKind:
+    return _coerce(ActionKind, value)  # type: ignore[no-any-return]

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import attrs
 
-from koi.types._enums import LinkKind, Market
+from koi.types._enums import LinkKind, Market, to_link, to_market
 from koi.types._validate import (
-    name,
+    identifier,
     non_negative,
     non_negative_int,
     one_of,
     optional,
     positive,
     positive_int,
-    to_enum,
 )
 
 __all__ = ["Environment", "GpuSpec", "Pool"]
@@ -27,14 +26,14 @@ class GpuSpec:
     weights can still be stored quantized and dequantized to BF16 for the math).
     """
 
-    name: str = attrs.field(validator=name)
-    vendor: str = attrs.field(validator=name)
+    name: str = attrs.field(validator=identifier)
+    vendor: str = attrs.field(validator=identifier)
     memory_gib: float = attrs.field(validator=positive)
     hbm_tb_s: float = attrs.field(validator=positive)
     bf16_tflops: float = attrs.field(validator=positive)
     fp8_tflops: float | None = attrs.field(validator=optional(positive))
     int4_tflops: float | None = attrs.field(validator=optional(positive))
-    link: LinkKind = attrs.field(converter=to_enum(LinkKind), validator=one_of(LinkKind))
+    link: LinkKind = attrs.field(converter=to_link, validator=one_of(LinkKind))
     link_gb_s: float = attrs.field(validator=positive)
     gpus_per_node: int = attrs.field(validator=positive_int)
     internode_gb_s: float = attrs.field(validator=positive)
@@ -44,11 +43,11 @@ class GpuSpec:
 class Environment:
     """Where a chain runs (paper's ``e``): a cloud instance type in one region and market."""
 
-    cloud: str = attrs.field(validator=name)
-    region: str = attrs.field(validator=name)
-    market: Market = attrs.field(converter=to_enum(Market), validator=one_of(Market))
-    instance_type: str = attrs.field(validator=name)
-    gpu: str = attrs.field(validator=name)
+    cloud: str = attrs.field(validator=identifier)
+    region: str = attrs.field(validator=identifier)
+    market: Market = attrs.field(converter=to_market, validator=one_of(Market))
+    instance_type: str = attrs.field(validator=identifier)
+    gpu: str = attrs.field(validator=identifier)
     gpus_per_instance: int = attrs.field(validator=positive_int)
     price_usd_per_h: float = attrs.field(validator=non_negative)
     preemption_per_h: float = attrs.field(default=0.0, validator=non_negative)

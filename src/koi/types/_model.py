@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._validate import name, non_negative_int, positive, positive_int
+from koi.types._validate import identifier, non_negative_int, positive, positive_int
 
 __all__ = ["ModelSpec"]
 
@@ -19,7 +19,7 @@ class ModelSpec:
     ``expert_intermediate`` is each expert's FFN width.
     """
 
-    name: str = attrs.field(validator=name)
+    name: str = attrs.field(validator=identifier)
     params_b: float = attrs.field(validator=positive)
     active_params_b: float = attrs.field(validator=positive)
     layers: int = attrs.field(validator=positive_int)
@@ -36,7 +36,10 @@ class ModelSpec:
 
     def __attrs_post_init__(self) -> None:
         if self.active_params_b > self.params_b:
-            msg = f"active_params_b: must be <= params_b ({self.params_b}), got {self.active_params_b}"
+            msg = (
+                f"active_params_b: must be <= params_b ({self.params_b}), "
+                f"got {self.active_params_b}"
+            )
             raise InvalidInput(msg)
         if self.heads % self.kv_heads:
             msg = f"kv_heads: must divide heads ({self.heads}), got {self.kv_heads}"

@@ -9,19 +9,19 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types._deploy import Ladder
-from koi.types._enums import ActionKind
+from koi.types._enums import ActionKind, to_action
 from koi.types._hardware import Pool
-from koi.types._validate import name, non_negative, one_of, to_enum, to_tuple
+from koi.types._validate import identifier, non_negative, one_of, to_tuple
 from koi.types._workload import Job
 
-__all__ = ["ActiveDeployment", "ClusterSnapshot", "JobAction", "Plan"]
+__all__ = ["ActiveDeployment", "ClusterSnapshot", "JobAction", "LaunchResult", "Plan"]
 
 
 @attrs.frozen
 class ActiveDeployment:
     """The ladder a job currently runs on, and since when."""
 
-    job_id: str = attrs.field(validator=name)
+    job_id: str = attrs.field(validator=identifier)
     ladder: Ladder
     since_s: float = attrs.field(default=0.0, validator=non_negative)
 
@@ -88,8 +88,8 @@ class ClusterSnapshot:
 class JobAction:
     """What the plan does with one job, the ladder it ends on and a one-line reason."""
 
-    job_id: str = attrs.field(validator=name)
-    kind: ActionKind = attrs.field(converter=to_enum(ActionKind), validator=one_of(ActionKind))
+    job_id: str = attrs.field(validator=identifier)
+    kind: ActionKind = attrs.field(converter=to_action, validator=one_of(ActionKind))
     ladder: Ladder = attrs.field(factory=Ladder)
     reason: str = ""
 
@@ -121,3 +121,17 @@ class Plan:
     def ladders(self) -> Mapping[str, Ladder]:
         """Job id -> ladder after the plan is applied (running jobs only)."""
         return {a.job_id: a.ladder for a in self.actions if not a.ladder.is_empty}
+
+
+@attrs.frozen
+class LaunchResult:
+    """What a launcher actually brought up for one job (partial launches are normal)."""
+
+    job_id: str = attrs.field(validator=identifier)
+    requested: Ladder
+    materialized: Ladder
+    message: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return self.requested == self.materialized

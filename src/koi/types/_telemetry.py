@@ -10,7 +10,7 @@ from koi.types._enums import Mediator, Outcome
 from koi.types._validate import (
     finite,
     fraction,
-    name,
+    identifier,
     non_negative,
     non_negative_int,
     non_negative_or_inf,
@@ -77,7 +77,7 @@ class Observation:
     ``replicas_up`` counts replicas that actually serve (a launch can partially fail).
     """
 
-    job_id: str = attrs.field(validator=name)
+    job_id: str = attrs.field(validator=identifier)
     chain: Chain
     start_s: float = attrs.field(validator=non_negative)
     end_s: float = attrs.field(validator=non_negative)

@@ -80,7 +80,7 @@ def non_negative_int(_inst: object, attribute: attrs.Attribute[Any], value: obje
         raise _fail(attribute, "an integer >= 0", value)
 
 
-def name(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+def identifier(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A non-empty string without surrounding whitespace."""
     if not isinstance(value, str) or not value or value != value.strip():
         raise _fail(attribute, "a non-empty name", value)
@@ -100,15 +100,3 @@ def one_of(kind: type[Any]) -> Validator:
 def to_tuple(value: Any) -> tuple[Any, ...]:
     """Converter: lists become tuples so that value types stay hashable."""
     return tuple(value)
-
-
-def to_enum(kind: type[Any]) -> Callable[[Any], Any]:
-    """Converter: a valid enum value becomes the member; anything else is left for ``one_of``."""
-
-    def convert(value: Any) -> Any:
-        try:
-            return kind(value)
-        except ValueError:
-            return value
-
-    return convert

@@ -5,17 +5,16 @@ from __future__ import annotations
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._enums import Arrival, JobClass, Outcome
+from koi.types._enums import Arrival, JobClass, Outcome, to_arrival, to_job_class
 from koi.types._validate import (
     fraction,
-    name,
+    identifier,
     non_negative,
     non_negative_int,
     one_of,
     optional,
     positive,
     positive_int,
-    to_enum,
 )
 
 __all__ = ["Job", "LengthDist", "ObjectiveWeights", "ServingTarget", "WorkloadProfile"]
@@ -46,7 +45,7 @@ class WorkloadProfile:
     input_len: LengthDist
     output_len: LengthDist
     arrival: Arrival = attrs.field(
-        default=Arrival.POISSON, converter=to_enum(Arrival), validator=one_of(Arrival)
+        default=Arrival.POISSON, converter=to_arrival, validator=one_of(Arrival)
     )
     rate_rps: float | None = attrs.field(default=None, validator=optional(positive))
     total_requests: int | None = attrs.field(default=None, validator=optional(positive_int))
@@ -110,12 +109,12 @@ class Job:
     ``completed_requests`` is the host's progress count for batch jobs (0 for online jobs).
     """
 
-    id: str = attrs.field(validator=name)
-    model: str = attrs.field(validator=name)
-    job_class: JobClass = attrs.field(converter=to_enum(JobClass), validator=one_of(JobClass))
+    id: str = attrs.field(validator=identifier)
+    model: str = attrs.field(validator=identifier)
+    job_class: JobClass = attrs.field(converter=to_job_class, validator=one_of(JobClass))
     workload: WorkloadProfile
     target: ServingTarget
-    tenant: str = attrs.field(default="default", validator=name)
+    tenant: str = attrs.field(default="default", validator=identifier)
     weights: ObjectiveWeights = attrs.field(factory=ObjectiveWeights)
     priority: int = attrs.field(default=0, validator=non_negative_int)
     arrival_s: float = attrs.field(default=0.0, validator=non_negative)
