@@ -1,0 +1,72 @@
+"""The contract between a step-time model and the replay engine.
+
+The surrogate's operator model predicts step times; the simulated fleet's truth model produces
+the "true" ones.  The replay engine only sees this protocol, so one engine serves both.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+
+from koi.types._validate import non_negative
+
+__all__ = ["StepTime", "StepTimeModel"]
+
+
+@attrs.frozen
+class StepTime:
+    """Wall time of one engine iteration, split by what bounds it.
+
+    ``compute_s`` and ``memory_s`` overlap (a kernel is bound by the larger of the two);
+    collective communication, pipeline bubbles and fixed engine overhead add on top.
+    """
+
+    compute_s: float = attrs.field(validator=non_negative)
+    memory_s: float = attrs.field(validator=non_negative)
+    comm_s: float = attrs.field(default=0.0, validator=non_negative)
+    bubble_s: float = attrs.field(default=0.0, validator=non_negative)
+    overhead_s: float = attrs.field(default=0.0, validator=non_negative)
+
+    @property
+    def time_s(self) -> float:
+        return max(self.compute_s, self.memory_s) + self.comm_s + self.bubble_s + self.overhead_s
+
+    def scaled(
+        self,
+        *,
+        compute: float = 1.0,
+        memory: float = 1.0,
+        comm: float = 1.0,
+        bubble: float = 1.0,
+        overhead: float = 1.0,
+    ) -> StepTime:
+        """The same step with each component multiplied by its factor."""
+        return StepTime(
+            compute_s=self.compute_s * compute,
+            memory_s=self.memory_s * memory,
+            comm_s=self.comm_s * comm,
+            bubble_s=self.bubble_s * bubble,
+            overhead_s=self.overhead_s * overhead,
+        )
+
+
+class StepTimeModel(Protocol):
+    """**Protocol:** the time of one continuous-batching iteration of one replica.
+
+    One iteration processes ``prefill_tokens`` new prompt tokens (chunked-prefill slices, 0 when
+    nothing is prefilling) and one output token for each of ``decode_seqs`` running sequences
+    whose contexts sum to ``decode_context_tokens``.  ``prefill_pairs`` counts the causal
+    query-key pairs of the prefill slices, ``sum_i c_i * (o_i + c_i / 2)`` for a slice of ``c_i``
+    tokens starting at prompt offset ``o_i``, so long prompts pay their quadratic attention.
+    """
+
+    def step(
+        self,
+        *,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepTime: ...
