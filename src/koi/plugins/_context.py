@@ -1,0 +1,146 @@
+"""What proposers are given, and the typed batches the facade hands back to the planner."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from koi.errors import InvalidInput, PluginError
+from koi.types import ClusterSnapshot, GpuSpec, Ladder, LaunchResult, ModelSpec, Observation
+
+__all__ = [
+    "LaunchBatch",
+    "MechanismBatch",
+    "ProposalBatch",
+    "ProposalContext",
+    "Rejection",
+    "TelemetryBatch",
+]
+
+
+def _non_negative_int(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"{attribute.name}: must be an integer >= 0, got {value!r}")
+
+
+def _positive_int(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{attribute.name}: must be an integer >= 1, got {value!r}")
+
+
+def _finite(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(f"{attribute.name}: must be a finite number, got {value!r}")
+
+
+def _mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    # A private copy: a proposer can neither see later edits nor make any.
+    return dict(value)
+
+
+@attrs.frozen
+class ProposalContext:
+    """Everything a ladder proposer may use for one job in one S4↔S5 round.
+
+    ``budget`` is the job's :class:`koi.selector.BudgetBook` (or ``None``), ``dag`` the
+    backward-query :class:`koi.dag.DagView` (or ``None``) and ``mechanisms`` the admitted
+    mechanisms matching the job's stratum.  ``feedback`` carries diagnostics on the previous
+    round's candidates (why they were invalid or did not improve).  ``deadline_s`` is a
+    :func:`time.monotonic` instant: a proposer must return before it.
+
+    .. versionadded:: 0.1
+    """
+
+    snapshot: ClusterSnapshot
+    gpus: Mapping[str, GpuSpec] = attrs.field(converter=_mapping, hash=False)
+    models: Mapping[str, ModelSpec] = attrs.field(converter=_mapping, hash=False)
+    deadline_s: float = attrs.field(validator=_finite)
+    budget: Any = attrs.field(default=None, hash=False)
+    dag: Any = attrs.field(default=None, hash=False)
+    mechanisms: tuple[Any, ...] = attrs.field(default=(), converter=tuple, hash=False)
+    incumbent: Ladder | None = None
+    feedback: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    round: int = attrs.field(default=0, validator=_non_negative_int)
+    max_candidates: int = attrs.field(default=8, validator=_positive_int)
+
+
+@attrs.frozen
+class Rejection:
+    """A proposal that was dropped, who made it, and why (goes into the tick report).
+
+    .. versionadded:: 0.1
+    """
+
+    plugin: str
+    reason: str
+    ladder: Ladder | None = None
+
+
+@attrs.frozen
+class ProposalBatch:
+    """Validated ladders for one job, deduplicated and sorted canonically.
+
+    ``sources[k]`` names the plugins that proposed ``ladders[k]``; ``errors`` holds one
+    :class:`PluginError` per proposer that failed outright (it was skipped), ``rejections``
+    the individual proposals that were dropped.
+
+    .. versionadded:: 0.1
+    """
+
+    ladders: tuple[Ladder, ...] = ()
+    sources: tuple[tuple[str, ...], ...] = ()
+    errors: tuple[PluginError, ...] = attrs.field(default=(), eq=False)
+    rejections: tuple[Rejection, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if len(self.sources) != len(self.ladders):
+            msg = f"sources: must have one entry per ladder ({len(self.ladders)})"
+            raise InvalidInput(f"{msg}, got {len(self.sources)}")
+
+
+@attrs.frozen
+class TelemetryBatch:
+    """Observations from every telemetry source, sorted by ``(job_id, chain, start_s)``.
+
+    ``skipped`` explains each observation that was dropped; ``errors`` each source that raised.
+
+    .. versionadded:: 0.1
+    """
+
+    observations: tuple[Observation, ...] = ()
+    errors: tuple[PluginError, ...] = attrs.field(default=(), eq=False)
+    skipped: tuple[Rejection, ...] = ()
+
+
+@attrs.frozen
+class LaunchBatch:
+    """What the launchers report, sorted by ``(job_id, plugin)``.
+
+    ``sources[k]`` is the launcher that produced ``results[k]``.
+
+    .. versionadded:: 0.1
+    """
+
+    results: tuple[LaunchResult, ...] = ()
+    sources: tuple[str, ...] = ()
+    errors: tuple[PluginError, ...] = attrs.field(default=(), eq=False)
+
+    def materialized(self, job_id: str) -> Ladder:
+        """Every rank that came up for ``job_id``, across launchers."""
+        ranks = [r for res in self.results if res.job_id == job_id for r in res.materialized.ranks]
+        return Ladder(tuple(ranks))
+
+
+@attrs.frozen
+class MechanismBatch:
+    """Mechanism proposals in plugin-name order, with the plugin that made each.
+
+    .. versionadded:: 0.1
+    """
+
+    proposals: tuple[Any, ...] = attrs.field(default=(), hash=False)
+    sources: tuple[str, ...] = ()
+    errors: tuple[PluginError, ...] = attrs.field(default=(), eq=False)

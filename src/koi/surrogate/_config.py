@@ -1,0 +1,126 @@
+"""Every constant of the surrogate, in one frozen class (composed into ``KoiConfig`` later)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from koi.errors import InvalidInput
+from koi.types._validate import fraction, non_negative, positive, positive_int
+
+__all__ = ["Efficiency", "EngineOverhead", "SurrogateConfig"]
+
+
+@attrs.frozen
+class Efficiency:
+    """Achieved fractions of datasheet peaks for one GPU vendor (or one GPU, as an override).
+
+    ``gemm`` is the large-GEMM tensor-core efficiency; ``gemm_half_tokens`` the token count at
+    which a GEMM reaches half of it (small-M GEMMs under-fill the tensor cores).  ``attention``
+    applies to attention FLOPs, ``memory`` to HBM streaming, ``link`` to collective bandwidth.
+    """
+
+    gemm: float = attrs.field(default=0.7, validator=fraction)
+    gemm_half_tokens: float = attrs.field(default=64.0, validator=non_negative)
+    attention: float = attrs.field(default=0.45, validator=fraction)
+    memory: float = attrs.field(default=0.8, validator=fraction)
+    link: float = attrs.field(default=0.7, validator=fraction)
+
+
+@attrs.frozen
+class EngineOverhead:
+    """Fixed CPU/launch cost of one engine iteration: ``base_ms + per_seq_ms * seqs``."""
+
+    base_ms: float = attrs.field(default=1.5, validator=non_negative)
+    per_seq_ms: float = attrs.field(default=0.01, validator=non_negative)
+
+
+def _efficiency_table(value: Any) -> tuple[tuple[str, Efficiency], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((str(k), v) for k, v in items))
+
+
+def _engine_table(value: Any) -> tuple[tuple[str, EngineOverhead], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((str(k), v) for k, v in items))
+
+
+def _link_latency(value: Any) -> tuple[tuple[str, float], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    return tuple(sorted((str(k), float(v)) for k, v in items))
+
+
+# Fitted on the fit split of tests/surrogate/data/measurements.csv (docs/surrogate.md, "Fit").
+_VENDORS = {
+    "nvidia": Efficiency(gemm=0.62, gemm_half_tokens=48.0, attention=0.42, memory=0.82, link=0.7),
+    "amd": Efficiency(gemm=0.45, gemm_half_tokens=96.0, attention=0.3, memory=0.7, link=0.6),
+}
+_ENGINES = {
+    "vllm": EngineOverhead(base_ms=1.2, per_seq_ms=0.012),
+    "sglang": EngineOverhead(base_ms=1.0, per_seq_ms=0.01),
+    "trtllm": EngineOverhead(base_ms=0.6, per_seq_ms=0.006),
+}
+# Per all-reduce latency (µs): NVLink/NVSwitch ~10 µs, Infinity Fabric ~15 µs, PCIe P2P ~35 µs.
+_LINK_LATENCY_US = {"nvlink": 10.0, "infinity_fabric": 15.0, "pcie": 35.0, "internode": 40.0}
+
+
+@attrs.frozen
+class SurrogateConfig:
+    """Constants of the operator model, the memory model and the predict API.
+
+    Efficiencies come per GPU vendor (``efficiency``) with optional per-GPU overrides
+    (``gpu_efficiency``); engine overheads per engine name with ``default_engine`` as fallback.
+    """
+
+    efficiency: tuple[tuple[str, Efficiency], ...] = attrs.field(
+        factory=lambda: _efficiency_table(_VENDORS), converter=_efficiency_table
+    )
+    gpu_efficiency: tuple[tuple[str, Efficiency], ...] = attrs.field(
+        default=(), converter=_efficiency_table
+    )
+    engines: tuple[tuple[str, EngineOverhead], ...] = attrs.field(
+        factory=lambda: _engine_table(_ENGINES), converter=_engine_table
+    )
+    default_engine: str = "vllm"
+    link_latency_us: tuple[tuple[str, float], ...] = attrs.field(
+        factory=lambda: _link_latency(_LINK_LATENCY_US), converter=_link_latency
+    )
+    # Memory (C2).
+    gpu_memory_util: float = attrs.field(default=0.9, validator=fraction)
+    activation_reserve_gib: float = attrs.field(default=1.5, validator=non_negative)
+    activation_bytes_per_token: float = attrs.field(default=16.0, validator=non_negative)
+    kv_bytes_per_value: float = attrs.field(default=2.0, validator=positive)
+    kv_headroom_frac: float = attrs.field(default=0.05, validator=fraction)
+    min_kv_tokens: int = attrs.field(default=4096, validator=positive_int)
+    reference_seq_tokens: int = attrs.field(default=2048, validator=positive_int)
+    # Pipeline parallelism: stage imbalance share of the per-stage time.
+    pp_imbalance: float = attrs.field(default=0.08, validator=fraction)
+    # Prediction.
+    replay_horizon_s: float = attrs.field(default=60.0, validator=positive)
+    replay_min_requests: int = attrs.field(default=200, validator=positive_int)
+    replay_max_requests: int = attrs.field(default=2000, validator=positive_int)
+    use_replay: bool = True
+    min_slo_margin: float = attrs.field(default=-10.0)
+    cache_size: int = attrs.field(default=65536, validator=positive_int)
+    seed: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        if self.min_slo_margin >= 0:
+            msg = f"min_slo_margin: must be < 0, got {self.min_slo_margin}"
+            raise InvalidInput(msg)
+
+    def efficiency_for(self, gpu: str, vendor: str) -> Efficiency:
+        """The per-GPU override if any, else the vendor's, else the generic defaults."""
+        table = dict(self.gpu_efficiency)
+        if gpu in table:
+            return table[gpu]
+        return dict(self.efficiency).get(vendor.lower(), Efficiency())
+
+    def engine_overhead(self, engine: str) -> EngineOverhead:
+        table = dict(self.engines)
+        return table.get(engine.lower(), table.get(self.default_engine, EngineOverhead()))
+
+    def link_latency_s(self, kind: str) -> float:
+        return dict(self.link_latency_us).get(kind, 20.0) * 1e-6
