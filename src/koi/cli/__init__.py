@@ -16,7 +16,7 @@ from koi.errors import KoiError
 __all__ = ["main"]
 
 # Sub-command modules, in the order ``koi --help`` lists them.
-_COMMANDS: tuple[str, ...] = ()
+_COMMANDS: tuple[str, ...] = ("koi.cli._catalog",)
 
 
 def _version() -> str:
