@@ -63,7 +63,7 @@ def invariance(rng: np.random.Generator, n: int, shift: float, want: Verdict) ->
     return hits / 400
 
 
-def coverage(seed: int, eps0: float, calibrate: bool) -> float:
+def coverage(seed: int, eps0: float, *, calibrate: bool) -> float:
     rng = np.random.default_rng(seed)
     cfg = RiskConfig(eps0=eps0)
     eps, hist, cov = eps0, [], []
@@ -93,8 +93,8 @@ out = {
         }
         for n in (10, 15, 20)
     },
-    "coverage_calibrated": {str(e): coverage(1, e, True) for e in (0.0, 0.3, 3.0)},
-    "coverage_fixed_eps": {str(e): coverage(1, e, False) for e in (0.0, 0.3, 1.5)},
+    "coverage_calibrated": {str(e): coverage(1, e, calibrate=True) for e in (0.0, 0.3, 3.0)},
+    "coverage_fixed_eps": {str(e): coverage(1, e, calibrate=False) for e in (0.0, 0.3, 1.5)},
 }
 out["seconds"] = round(time.perf_counter() - t0, 1)
 print(json.dumps(out, indent=1))
