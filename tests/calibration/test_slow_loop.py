@@ -17,18 +17,19 @@ from koi.calibration import (
 from koi.types import Outcome, Outcomes
 
 CFG = CalibrationConfig(every=1)
+BETA0, LAMBDA0 = 0.5, 1.0
 
 
 def run(q: float | None, reconfig: float, ticks: int, cfg: CalibrationConfig = CFG):
-    state = CalibrationState.initial(cfg)
+    state = CalibrationState.initial(beta=BETA0, lam=LAMBDA0)
     for _ in range(ticks):
         state = state.observe(TickSignals(q1_rate=q, reconfig_rate=reconfig), cfg)
     return state
 
 
 def test_unreliable_predictions_raise_beta_and_reliable_ones_lower_it() -> None:
-    assert run(0.0, 0.0, 10).beta > CFG.beta0
-    assert run(1.0, 0.0, 10).beta < CFG.beta0
+    assert run(0.0, 0.0, 10).beta > BETA0
+    assert run(1.0, 0.0, 10).beta < BETA0
 
 
 def test_beta_stays_within_bounds() -> None:
@@ -37,19 +38,19 @@ def test_beta_stays_within_bounds() -> None:
 
 
 def test_no_decided_pairs_leaves_beta_alone() -> None:
-    assert run(None, 0.0, 5).beta == CFG.beta0
+    assert run(None, 0.0, 5).beta == BETA0
 
 
 def test_lambda_follows_reconfiguration_rate() -> None:
-    assert run(1.0, 0.9, 5).lam > CFG.lambda0
-    assert run(1.0, 0.0, 5).lam < CFG.lambda0
+    assert run(1.0, 0.9, 5).lam > LAMBDA0
+    assert run(1.0, 0.0, 5).lam < LAMBDA0
 
 
 def test_slow_schedule_only_moves_knobs_every_nth_tick() -> None:
     cfg = attrs.evolve(CFG, every=3)
     state = run(0.0, 1.0, 2, cfg)
-    assert (state.beta, state.lam) == (cfg.beta0, cfg.lambda0)
-    assert run(0.0, 1.0, 3, cfg).beta > cfg.beta0
+    assert (state.beta, state.lam) == (BETA0, LAMBDA0)
+    assert run(0.0, 1.0, 3, cfg).beta > BETA0
 
 
 @given(st.lists(st.floats(0, 1), min_size=1, max_size=20))

@@ -13,6 +13,7 @@ __all__ = ["CalibrationConfig"]
 class CalibrationConfig:
     """Every knob of the slow loop.
 
+    The initial β and λ are the scoring layer's ``beta`` and ``lambda_switch``.
     ``window`` is the paper's ``W`` (ticks in the rolling Q1-rate window); ``every`` how many
     ticks pass between slow-loop updates.  ``target_regret`` is ``s*`` and ``eta_beta`` is
     ``η_β``.  The swap budget ``B_t`` moves linearly between ``swap_min_share`` and
@@ -23,7 +24,6 @@ class CalibrationConfig:
 
     window: int = attrs.field(default=6, validator=positive_int)
     every: int = attrs.field(default=2, validator=positive_int)
-    beta0: float = attrs.field(default=0.5, validator=non_negative)
     beta_min: float = attrs.field(default=0.02, validator=non_negative)
     beta_max: float = attrs.field(default=2.0, validator=positive)
     target_regret: float = attrs.field(default=0.35, validator=fraction)
@@ -31,7 +31,6 @@ class CalibrationConfig:
     swap_min_share: float = attrs.field(default=0.1, validator=fraction)
     swap_max_share: float = attrs.field(default=0.5, validator=fraction)
     swap_floor: int = attrs.field(default=1, validator=positive_int)
-    lambda0: float = attrs.field(default=1.0, validator=non_negative)
     lambda_min: float = attrs.field(default=0.25, validator=non_negative)
     lambda_max: float = attrs.field(default=8.0, validator=positive)
     target_reconfig_rate: float = attrs.field(default=0.1, validator=fraction)

@@ -39,8 +39,8 @@ class CalibrationState:
     reconfig_window: tuple[float, ...] = attrs.field(default=(), converter=to_tuple)
 
     @classmethod
-    def initial(cls, cfg: CalibrationConfig) -> CalibrationState:
-        return cls(beta=cfg.beta0, lam=cfg.lambda0)
+    def initial(cls, *, beta: float, lam: float) -> CalibrationState:
+        return cls(beta=beta, lam=lam)
 
     def observe(self, signals: TickSignals, cfg: CalibrationConfig) -> CalibrationState:
         """Record one tick; on the slow schedule, move β and λ.

@@ -1,0 +1,175 @@
+"""Inputs and outputs of the joint selector: plain, frozen, solver-free."""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import attrs
+
+from koi.errors import InvalidInput
+from koi.types import ActionKind
+
+__all__ = [
+    "Candidate",
+    "PoolCapacity",
+    "Selection",
+    "SelectionProblem",
+    "SelectionStatus",
+    "SelectorConfig",
+]
+
+
+def _int_map(value: Any) -> dict[str, int]:
+    return dict(value.items() if hasattr(value, "items") else value)
+
+
+def _nested_int_map(value: Any) -> dict[str, dict[str, int]]:
+    return {str(k): _int_map(v) for k, v in dict(value).items()}
+
+
+def _opt_int_map(value: Any) -> dict[str, int] | None:
+    return None if value is None else _int_map(value)
+
+
+def _finite(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidInput(f"{attribute.name}: must be a finite number, got {value!r}")
+
+
+def _non_negative(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    _finite(_inst, attribute, value)
+    if value < 0:
+        raise InvalidInput(f"{attribute.name}: must be >= 0, got {value!r}")
+
+
+def _non_negative_int(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"{attribute.name}: must be an integer >= 0, got {value!r}")
+
+
+def _positive_int(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{attribute.name}: must be an integer >= 1, got {value!r}")
+
+
+def _to_action(value: Any) -> ActionKind:
+    try:
+        return ActionKind(value)
+    except ValueError:
+        kinds = [a.value for a in ActionKind]
+        raise InvalidInput(f"kind: must be one of {kinds}, got {value!r}") from None
+
+
+@attrs.frozen
+class SelectorConfig:
+    """Defaults of the joint selector.
+
+    ``time_limit_s`` / ``mip_rel_gap`` are HiGHS' limits; ``make_before_break`` charges a
+    changing candidate the GPUs its job holds now plus its new GPUs in the same tick;
+    ``prune_dominated`` drops candidates another candidate of the same job beats on every count
+    (exact: the optimum does not change); ``lp_fix`` fixes the jobs whose LP relaxation is
+    integral and solves the rest as a smaller MILP (at least ``lp_fix_min_candidates`` candidates,
+    given ``lp_fix_time_share`` of the remaining time); its plan warm-starts the full MILP.
+    """
+
+    time_limit_s: float = attrs.field(default=5.0, validator=_non_negative)
+    mip_rel_gap: float = attrs.field(default=1e-3, validator=_non_negative)
+    make_before_break: bool = True
+    prune_dominated: bool = True
+    lp_fix: bool = True
+    lp_fix_min_candidates: int = attrs.field(default=2000, validator=_non_negative_int)
+    lp_fix_time_share: float = attrs.field(default=0.3, validator=_non_negative)
+
+
+@attrs.frozen
+class Candidate:
+    """One option for one job.
+
+    ``value`` is ``J − γp − λ·Switch`` in score units. ``gpus_by_pool`` is the steady-state use;
+    ``transient_gpus_by_pool`` optionally gives the peak use during a make-before-break switch
+    (default: GPUs held now plus ``gpus_by_pool``). ``changes`` marks a candidate that counts
+    against the swap budget (C4). ``covers`` lists the exploration items it exercises.
+    """
+
+    job_id: str
+    key: str
+    kind: ActionKind = attrs.field(converter=_to_action)
+    value: float = attrs.field(validator=_finite)
+    gpus_by_pool: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
+    covers: frozenset[Hashable] = attrs.field(default=frozenset(), converter=frozenset)
+    changes: bool = False
+    transient_gpus_by_pool: Mapping[str, int] | None = attrs.field(
+        default=None, converter=_opt_int_map
+    )
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.gpus_by_pool.values())
+
+
+@attrs.frozen
+class PoolCapacity:
+    """Capacity of one pool in GPUs (instances × GPUs per instance), counting GPUs held now."""
+
+    pool_id: str
+    capacity_gpus: int = attrs.field(validator=_non_negative_int)
+    gpus_per_instance: int = attrs.field(default=1, validator=_positive_int)
+    price_usd_per_h: float = attrs.field(default=0.0, validator=_non_negative)
+    gpu_type: str = ""
+
+
+@attrs.frozen
+class SelectionProblem:
+    """One tick's joint-selection instance.
+
+    ``candidates`` (grouped by ``job_id``; every job has at least one, e.g. keep or defer);
+    ``exploration_weights`` maps an exploration item to ``β·U`` (already multiplied);
+    ``swap_budget`` is ``B_t`` (C4; ``None`` = unlimited); ``priority`` and ``quota_group`` map a
+    job to its priority (default 0) and quota group; ``quota_caps`` caps GPUs per group (C5);
+    ``held_gpus`` gives, for each active job, the GPUs it holds now per pool.
+    """
+
+    candidates: tuple[Candidate, ...] = attrs.field(converter=tuple)
+    pools: tuple[PoolCapacity, ...] = attrs.field(converter=tuple)
+    exploration_weights: Mapping[Hashable, float] = attrs.field(factory=dict, converter=dict)
+    swap_budget: int | None = None
+    priority: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
+    quota_group: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    quota_caps: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
+    held_gpus: Mapping[str, Mapping[str, int]] = attrs.field(
+        factory=dict, converter=_nested_int_map
+    )
+
+
+class SelectionStatus(enum.StrEnum):
+    """How the selection was obtained."""
+
+    OPTIMAL = "optimal"  # HiGHS proved the incumbent within the requested relative gap
+    FEASIBLE_GAP = "feasible_gap"  # a limit stopped HiGHS with an incumbent; see ``gap``
+    GREEDY_FALLBACK = "greedy_fallback"  # the greedy plan (solver failed or was not asked)
+
+
+@attrs.frozen
+class Selection:
+    """The chosen candidate per job and how good it is provably.
+
+    ``objective`` is ``Σ value + Σ_e w_e·[e covered]`` of the chosen plan; ``bound`` an upper
+    bound on the optimum (``inf`` when unknown) and ``gap = (bound − objective) / max(|objective|,
+    1)``. ``binding`` names the constraints that are tight at the chosen plan (``capacity[pool]``,
+    ``swap_budget``, ``quota[group]``, ``priority[pool]``). ``pruned`` counts the dominated
+    candidates dropped before solving.
+    """
+
+    status: SelectionStatus
+    chosen: Mapping[str, str] = attrs.field(converter=dict)
+    objective: float
+    bound: float
+    gap: float
+    solve_time_s: float
+    binding: tuple[str, ...]
+    greedy_objective: float
+    pruned: int = 0
+    message: str = ""

@@ -1,0 +1,265 @@
+"""The public joint selector: ``select`` (HiGHS MILP) and ``greedy``."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import attrs
+import numpy as np
+
+from koi.errors import InfeasibleError, InvalidInput, SolverError, SolverLimitError
+from koi.selector._compile import Compiled, IntArray, compile_problem
+from koi.selector._formulate import MilpArrays, formulate
+from koi.selector._greedy import binding_constraints, greedy_choice, plan_objective, violations
+from koi.selector._highs import solve_milp
+from koi.selector._model import Selection, SelectionProblem, SelectionStatus, SelectorConfig
+
+__all__ = ["greedy", "select"]
+
+_DEFAULT = SelectorConfig()
+_INTEGRAL_TOL = 1e-6
+
+
+def _select_iv(
+    problem: SelectionProblem,
+    time_limit_s: float | None,
+    mip_rel_gap: float | None,
+    cfg: SelectorConfig,
+) -> tuple[Compiled, SelectorConfig]:
+    if not isinstance(problem, SelectionProblem):
+        raise InvalidInput(f"problem: must be a SelectionProblem, got {type(problem).__name__}")
+    if not isinstance(cfg, SelectorConfig):
+        raise InvalidInput(f"cfg: must be a SelectorConfig, got {type(cfg).__name__}")
+    if time_limit_s is not None:
+        if not (isinstance(time_limit_s, int | float) and time_limit_s > 0):
+            raise InvalidInput(f"time_limit_s: must be > 0, got {time_limit_s!r}")
+        cfg = attrs.evolve(cfg, time_limit_s=float(time_limit_s))
+    if mip_rel_gap is not None:
+        if not (isinstance(mip_rel_gap, int | float) and 0 <= mip_rel_gap < 1):
+            raise InvalidInput(f"mip_rel_gap: must be in [0, 1), got {mip_rel_gap!r}")
+        cfg = attrs.evolve(cfg, mip_rel_gap=float(mip_rel_gap))
+    return compile_problem(problem, cfg), cfg
+
+
+def _gap(objective: float, bound: float) -> float:
+    if not math.isfinite(bound):
+        return math.inf
+    return max(bound - objective, 0.0) / max(abs(objective), 1.0)
+
+
+def _result(
+    comp: Compiled,
+    choice: IntArray,
+    status: SelectionStatus,
+    *,
+    bound: float,
+    t0: float,
+    greedy_objective: float,
+    message: str = "",
+) -> Selection:
+    objective = plan_objective(comp, choice)
+    return Selection(
+        status=status,
+        chosen={comp.job_ids[i]: comp.cands[k].key for i, k in enumerate(choice)},
+        objective=objective,
+        bound=max(bound, objective),
+        gap=_gap(objective, bound),
+        solve_time_s=time.perf_counter() - t0,
+        binding=binding_constraints(comp, choice),
+        greedy_objective=greedy_objective,
+        pruned=comp.pruned,
+        message=message,
+    )
+
+
+def _as_choice(comp: Compiled, x: np.ndarray) -> IntArray:
+    xs = x[: len(comp.cands)]
+    return np.array(
+        [
+            int(comp.job_start[i]) + int(np.argmax(xs[comp.job_slice(i)]))
+            for i in range(comp.n_jobs)
+        ],
+        dtype=np.int64,
+    )
+
+
+def greedy(problem: SelectionProblem, *, cfg: SelectorConfig = _DEFAULT) -> Selection:
+    """The greedy plan alone (the selector's warm start and fallback); see :func:`select`.
+
+    Raises
+    ------
+    InfeasibleError
+        If greedy finds no plan satisfying C1, C4 and C5.
+    """
+    t0 = time.perf_counter()
+    comp = compile_problem(problem, cfg)
+    choice = greedy_choice(comp)
+    if choice is None:
+        raise InfeasibleError("greedy: no plan satisfies C1, C4 and C5")
+    obj = plan_objective(comp, choice)
+    return _result(
+        comp, choice, SelectionStatus.GREEDY_FALLBACK, bound=math.inf, t0=t0, greedy_objective=obj
+    )
+
+
+def select(
+    problem: SelectionProblem,
+    *,
+    time_limit_s: float | None = None,
+    mip_rel_gap: float | None = None,
+    warm_start: bool = True,
+    cfg: SelectorConfig = _DEFAULT,
+) -> Selection:
+    r"""Choose one candidate per job maximising the plan score under C1, C4 and C5.
+
+    .. math::
+
+        \max_{x, y}\ \sum_{i,k} v_{ik} x_{ik} + \sum_e w_e y_e
+        \quad\text{s.t.}\quad \sum_k x_{ik} = 1,\ \ \sum_{ik} u_{ikp} x_{ik} \le C_p,\ \
+        \sum_{ik \in \mathrm{chg}} x_{ik} \le B_t,\ \ y_e \le \sum_{ik \ni e} x_{ik}
+
+    plus quota caps and the priority rule (see ``docs/selection.md``). Solved by HiGHS with a
+    time limit and relative gap, warm-started from :func:`greedy`, which is also the fallback.
+
+    Parameters
+    ----------
+    problem
+        The tick's candidates, pools and constraints.
+    time_limit_s, mip_rel_gap
+        HiGHS limits (defaults from :class:`SelectorConfig`).
+    warm_start
+        Pass the greedy plan to HiGHS as a starting incumbent.
+
+    Raises
+    ------
+    InvalidInput
+        Malformed problem (unknown pools, duplicate keys, negative capacities, ...).
+    InfeasibleError
+        No plan satisfies the constraints.
+    SolverLimitError, SolverError
+        HiGHS found no incumbent and greedy found no plan either.
+    """
+    t0 = time.perf_counter()
+    comp, cfg = _select_iv(problem, time_limit_s, mip_rel_gap, cfg)
+    g_choice = greedy_choice(comp)
+    g_obj = plan_objective(comp, g_choice) if g_choice is not None else -math.inf
+    milp = formulate(comp)
+    start = None
+    if warm_start and g_choice is not None:
+        start = np.zeros(len(milp.c))
+        start[g_choice] = 1.0
+        covered = {e for k in g_choice for e in comp.cover_items[k]}
+        y_items = sorted({e for cov in comp.cover_items for e in cov})
+        for j, e in enumerate(y_items):
+            start[milp.n_x + j] = float(e in covered)
+        # r_{p,l} columns start at their minimal feasible values, derived by the solver.
+        start = _fill_reserve(comp, g_choice, start, milp.n_x + len(y_items))
+    lp_bound = math.inf
+    if cfg.lp_fix and len(comp.cands) >= cfg.lp_fix_min_candidates:
+        fixed, lp_bound = _lp_fixed(comp, milp, cfg, t0)
+        if fixed is not None and (g_choice is None or fixed[1] > g_obj):
+            start = fixed[0]
+            # The LP optimum bounds the MILP: stop if the fixed plan is already within the gap.
+            if _gap(fixed[1], lp_bound) <= cfg.mip_rel_gap:
+                return _result(
+                    comp,
+                    _as_choice(comp, fixed[0]),
+                    SelectionStatus.OPTIMAL,
+                    bound=lp_bound,
+                    t0=t0,
+                    greedy_objective=g_obj,
+                    message="LP fixing within the LP bound",
+                )
+    remaining = cfg.time_limit_s - (time.perf_counter() - t0)
+    res = solve_milp(
+        milp,
+        time_limit_s=max(remaining, 0.05),
+        mip_rel_gap=cfg.mip_rel_gap,
+        start=start,
+    )
+    if res.x is not None:
+        choice = _as_choice(comp, res.x)
+        if not violations(comp, choice):
+            obj = plan_objective(comp, choice)
+            if g_choice is not None and g_obj > obj:
+                choice, obj = g_choice, g_obj
+            proved = _gap(obj, min(res.bound, lp_bound)) <= cfg.mip_rel_gap
+            status = (
+                SelectionStatus.OPTIMAL
+                if res.status == "optimal" or proved
+                else SelectionStatus.FEASIBLE_GAP
+            )
+            return _result(
+                comp,
+                choice,
+                status,
+                bound=min(res.bound, lp_bound),
+                t0=t0,
+                greedy_objective=g_obj,
+                message=res.message,
+            )
+    if g_choice is not None:
+        return _result(
+            comp,
+            g_choice,
+            SelectionStatus.GREEDY_FALLBACK,
+            bound=math.inf,
+            t0=t0,
+            greedy_objective=g_obj,
+            message=f"HiGHS: {res.message}",
+        )
+    if res.status == "infeasible":
+        raise InfeasibleError("select: no plan satisfies C1, C4 and C5")
+    if res.status == "limit":
+        raise SolverLimitError(f"select: HiGHS reached its limit without a plan ({res.message})")
+    raise SolverError(f"select: HiGHS failed ({res.message})")
+
+
+def _lp_fixed(
+    comp: Compiled, milp: MilpArrays, cfg: SelectorConfig, t0: float
+) -> tuple[tuple[np.ndarray, float] | None, float]:
+    """LP-fixing heuristic: fix every job the LP relaxation makes integral, solve the rest.
+
+    Returns (a full start vector and its plan objective, or ``None``) and the LP bound.
+    """
+    lp = solve_milp(milp, time_limit_s=cfg.time_limit_s, mip_rel_gap=0.0, relax=True)
+    if lp.x is None or lp.status != "optimal":
+        return None, math.inf
+    lp_bound = lp.bound
+    x = lp.x[: milp.n_x]
+    lo, hi = milp.col_lo.copy(), milp.col_hi.copy()
+    for i in range(comp.n_jobs):
+        sl = comp.job_slice(i)
+        xs = x[sl.start : sl.stop]
+        if xs.max() > 1 - _INTEGRAL_TOL:
+            k = sl.start + int(np.argmax(xs))
+            hi[sl.start : sl.stop] = 0.0
+            hi[k] = lo[k] = 1.0
+    remaining = cfg.time_limit_s - (time.perf_counter() - t0)
+    res = solve_milp(
+        milp,
+        time_limit_s=max(remaining * cfg.lp_fix_time_share, 0.05),
+        mip_rel_gap=cfg.mip_rel_gap / 4,
+        col_lo=lo,
+        col_hi=hi,
+    )
+    if res.x is None:
+        return None, lp_bound
+    choice = _as_choice(comp, res.x)
+    if violations(comp, choice):
+        return None, lp_bound
+    return (res.x, plan_objective(comp, choice)), lp_bound
+
+
+def _fill_reserve(comp: Compiled, choice: IntArray, start: np.ndarray, offset: int) -> np.ndarray:
+    deferred = {i for i, k in enumerate(choice) if comp.is_defer[k]}
+    keys = sorted(comp.protected)
+    for j, (p, level) in enumerate(keys):
+        on = any(
+            lv >= level and any(h in deferred for h in jobs)
+            for (q, lv), jobs in comp.protected.items()
+            if q == p
+        )
+        start[offset + j] = float(on)
+    return start
