@@ -17,13 +17,12 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from koi.config import CorrectionConfig
 from koi.types import Mediator
-from koi.types._validate import positive, positive_int
 
 __all__ = [
     "DECODE_TIME",
     "PREFILL_TIME",
-    "CorrectionConfig",
     "CorrectionEntry",
     "CorrectionStore",
 ]
@@ -38,16 +37,6 @@ _FLOORS: Mapping[str, float] = {
     Mediator.PREEMPTION_RATE.value: 0.05,
 }
 _FRACTION_FLOOR = 0.02
-
-
-@attrs.frozen
-class CorrectionConfig:
-    """``window`` implied factors are kept per (stratum, variable); ``min_samples`` are needed
-    before a correction applies; factors are clipped to ``[1/max_factor, max_factor]``."""
-
-    window: int = attrs.field(default=12, validator=positive_int)
-    min_samples: int = attrs.field(default=1, validator=positive_int)
-    max_factor: float = attrs.field(default=20.0, validator=positive)
 
 
 @attrs.frozen

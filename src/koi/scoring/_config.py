@@ -45,7 +45,9 @@ class ScoringConfig:
         normalise latencies of batch jobs, which have no latency bound.
         ``min_required_tok_s`` floors the required throughput.
     Deferral
-        ``deferral_gap`` — the gap every objective gets when a job is not served.
+        ``deferral_gap`` — the gap every objective gets when a job is not served (default: the
+        largest gap a served ladder can score, ``max_ratio``, so serving always beats deferring
+        unless the ladder is hopeless).
         ``online_deferral_factor`` multiplies it for online jobs; batch jobs move from
         ``batch_deferral_factor`` (lots of slack) to the online factor as the deadline slack
         shrinks below ``batch_urgency_horizon_s``. ``priority_step`` adds this fraction per
@@ -65,7 +67,7 @@ class ScoringConfig:
     batch_ttft_scale_ms: float = attrs.field(default=30_000.0, validator=_positive)
     batch_tpot_scale_ms: float = attrs.field(default=200.0, validator=_positive)
     min_required_tok_s: float = attrs.field(default=1.0, validator=_positive)
-    deferral_gap: float = attrs.field(default=2.0, validator=_positive)
+    deferral_gap: float = attrs.field(default=20.0, validator=_positive)
     online_deferral_factor: float = attrs.field(default=4.0, validator=_positive)
     batch_deferral_factor: float = attrs.field(default=0.5, validator=_positive)
     batch_urgency_horizon_s: float = attrs.field(default=1800.0, validator=_positive)

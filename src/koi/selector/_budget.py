@@ -141,7 +141,8 @@ class BudgetBooks:
         self._params["mask"].value = mask
         self._params["cap"].value = cap
         try:
-            self._prob.solve(solver="HIGHS")
+            # output_flag silences the HiGHS banner cvxpy would otherwise print on every solve.
+            self._prob.solve(solver="HIGHS", verbose=False, output_flag=False)
         except Exception as exc:
             raise SolverError(f"budget books: LP failed ({type(exc).__name__}: {exc})") from None
         if self._prob.status not in ("optimal", "optimal_inaccurate"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -84,6 +84,10 @@ class SelectorConfig:
     lp_fix_time_share: float = attrs.field(default=0.3, validator=_non_negative)
 
 
+def _frozen_items(items: Iterable[Hashable]) -> frozenset[Hashable]:
+    return frozenset(items)
+
+
 @attrs.frozen
 class Candidate:
     """One option for one job.
@@ -99,7 +103,7 @@ class Candidate:
     kind: ActionKind = attrs.field(converter=_to_action)
     value: float = attrs.field(validator=_finite)
     gpus_by_pool: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
-    covers: frozenset[Hashable] = attrs.field(default=frozenset(), converter=frozenset)
+    covers: frozenset[Hashable] = attrs.field(default=frozenset(), converter=_frozen_items)
     changes: bool = False
     transient_gpus_by_pool: Mapping[str, int] | None = attrs.field(
         default=None, converter=_opt_int_map
@@ -121,6 +125,23 @@ class PoolCapacity:
     gpu_type: str = ""
 
 
+# Named converters: mypy's attrs plugin cannot type ``converter=tuple`` / ``converter=dict``.
+def _candidates(items: Iterable[Candidate]) -> tuple[Candidate, ...]:
+    return tuple(items)
+
+
+def _pools(items: Iterable[PoolCapacity]) -> tuple[PoolCapacity, ...]:
+    return tuple(items)
+
+
+def _weights(items: Mapping[Hashable, float]) -> dict[Hashable, float]:
+    return dict(items)
+
+
+def _str_map(items: Mapping[str, str]) -> dict[str, str]:
+    return dict(items)
+
+
 @attrs.frozen
 class SelectionProblem:
     """One tick's joint-selection instance.
@@ -132,12 +153,12 @@ class SelectionProblem:
     ``held_gpus`` gives, for each active job, the GPUs it holds now per pool.
     """
 
-    candidates: tuple[Candidate, ...] = attrs.field(converter=tuple)
-    pools: tuple[PoolCapacity, ...] = attrs.field(converter=tuple)
-    exploration_weights: Mapping[Hashable, float] = attrs.field(factory=dict, converter=dict)
+    candidates: tuple[Candidate, ...] = attrs.field(converter=_candidates)
+    pools: tuple[PoolCapacity, ...] = attrs.field(converter=_pools)
+    exploration_weights: Mapping[Hashable, float] = attrs.field(factory=dict, converter=_weights)
     swap_budget: int | None = None
     priority: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
-    quota_group: Mapping[str, str] = attrs.field(factory=dict, converter=dict)
+    quota_group: Mapping[str, str] = attrs.field(factory=dict, converter=_str_map)
     quota_caps: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
     held_gpus: Mapping[str, Mapping[str, int]] = attrs.field(
         factory=dict, converter=_nested_int_map
@@ -164,7 +185,7 @@ class Selection:
     """
 
     status: SelectionStatus
-    chosen: Mapping[str, str] = attrs.field(converter=dict)
+    chosen: Mapping[str, str] = attrs.field(converter=_str_map)
     objective: float
     bound: float
     gap: float

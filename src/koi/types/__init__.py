@@ -17,7 +17,14 @@ from koi.types._enums import (
 from koi.types._hardware import Environment, GpuSpec, Pool
 from koi.types._model import ModelSpec
 from koi.types._serde import from_data, from_json, to_data, to_json
-from koi.types._snapshot import ActiveDeployment, ClusterSnapshot, JobAction, LaunchResult, Plan
+from koi.types._snapshot import (
+    ActiveDeployment,
+    ClusterSnapshot,
+    JobAction,
+    LaunchResult,
+    Plan,
+    Quota,
+)
 from koi.types._telemetry import Mediators, Observation, Outcomes
 from koi.types._workload import Job, LengthDist, ObjectiveWeights, ServingTarget, WorkloadProfile
 
@@ -48,6 +55,7 @@ __all__ = [
     "Plan",
     "Pool",
     "Quant",
+    "Quota",
     "Rank",
     "Routing",
     "ServingTarget",

@@ -11,10 +11,10 @@ from koi.errors import InvalidInput
 from koi.types._deploy import Ladder
 from koi.types._enums import ActionKind, to_action
 from koi.types._hardware import Pool
-from koi.types._validate import identifier, non_negative, one_of, to_tuple
+from koi.types._validate import identifier, non_negative, non_negative_int, one_of, to_tuple
 from koi.types._workload import Job
 
-__all__ = ["ActiveDeployment", "ClusterSnapshot", "JobAction", "LaunchResult", "Plan"]
+__all__ = ["ActiveDeployment", "ClusterSnapshot", "JobAction", "LaunchResult", "Plan", "Quota"]
 
 
 @attrs.frozen
@@ -35,19 +35,30 @@ def _unique(what: str, ids: list[str]) -> None:
 
 
 @attrs.frozen
+class Quota:
+    """At most ``max_gpus`` GPUs for the jobs of one quota group (constraint C5)."""
+
+    group: str = attrs.field(validator=identifier)
+    max_gpus: int = attrs.field(validator=non_negative_int)
+
+
+@attrs.frozen
 class ClusterSnapshot:
     """The paper's ``R_t`` plus the job lists: one frozen view of the fleet at ``time_s``.
 
-    Jobs with an entry in ``active`` are active; the others are pending.
+    Jobs with an entry in ``active`` are active; the others are pending.  ``quotas`` caps the
+    GPUs of quota groups (C5).
     """
 
     time_s: float = attrs.field(validator=non_negative)
     jobs: tuple[Job, ...] = attrs.field(converter=to_tuple)
     pools: tuple[Pool, ...] = attrs.field(converter=to_tuple)
     active: tuple[ActiveDeployment, ...] = attrs.field(default=(), converter=to_tuple)
+    quotas: tuple[Quota, ...] = attrs.field(default=(), converter=to_tuple)
 
     def __attrs_post_init__(self) -> None:
         _unique("jobs", [j.id for j in self.jobs])
+        _unique("quotas", [q.group for q in self.quotas])
         _unique("pools", [p.id for p in self.pools])
         _unique("active", [a.job_id for a in self.active])
         job_ids = {j.id for j in self.jobs}

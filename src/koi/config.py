@@ -1,0 +1,73 @@
+"""``KoiConfig``: every default of koi in one frozen value, one section per subsystem.
+
+No constant lives anywhere else: each subsystem's section class documents its own knobs, and
+the planner passes each section to the code that needs it.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from koi.beliefs import BeliefConfig
+from koi.calibration import CalibrationConfig
+from koi.cusum import CusumConfig
+from koi.plugins._default_proposer import ProposerConfig
+from koi.risk import RiskConfig
+from koi.scoring import ScoringConfig
+from koi.selector import BudgetConfig, SelectorConfig
+from koi.surrogate import SurrogateConfig
+from koi.types._validate import fraction, positive, positive_int
+
+__all__ = ["CorrectionConfig", "KoiConfig", "PlannerConfig"]
+
+
+@attrs.frozen
+class PlannerConfig:
+    """Knobs of the S0–S7 loop.
+
+    ``tau`` is C3's bound on the predicted SLO-breach probability. ``search_rounds`` bounds the
+    S4↔S5 loop; ``max_candidates`` bounds what each proposer may return per job and round.
+    ``solver_time_limit_s`` / ``solver_gap`` go to the joint selector.  ``proposer_timeout_s``
+    is each proposer's wall-clock budget per round.  ``mechanism_min_confidence`` is the belief a
+    mechanism needs before it carries corrections to other strata in its scope.
+    ``preemption_horizon_s`` is the horizon over which a spot rank's preemption counts as risk.
+    """
+
+    tau: float = attrs.field(default=0.3, validator=fraction)
+    search_rounds: int = attrs.field(default=2, validator=positive_int)
+    max_candidates: int = attrs.field(default=12, validator=positive_int)
+    solver_time_limit_s: float = attrs.field(default=2.0, validator=positive)
+    solver_gap: float = attrs.field(default=1e-3, validator=positive)
+    proposer_timeout_s: float = attrs.field(default=5.0, validator=positive)
+    mechanism_min_confidence: float = attrs.field(default=0.6, validator=fraction)
+    preemption_horizon_s: float = attrs.field(default=1800.0, validator=positive)
+
+
+@attrs.frozen
+class CorrectionConfig:
+    """``window`` implied factors are kept per (stratum, variable); ``min_samples`` are needed
+    before a correction applies; factors are clipped to ``[1/max_factor, max_factor]``."""
+
+    window: int = attrs.field(default=12, validator=positive_int)
+    min_samples: int = attrs.field(default=1, validator=positive_int)
+    max_factor: float = attrs.field(default=20.0, validator=positive)
+
+
+@attrs.frozen
+class KoiConfig:
+    """All of koi's defaults.  Override a section with ``attrs.evolve``::
+
+    cfg = attrs.evolve(KoiConfig(), planner=attrs.evolve(PlannerConfig(), tau=0.2))
+    """
+
+    planner: PlannerConfig = attrs.field(factory=PlannerConfig)
+    proposer: ProposerConfig = attrs.field(factory=ProposerConfig)
+    surrogate: SurrogateConfig = attrs.field(factory=SurrogateConfig)
+    beliefs: BeliefConfig = attrs.field(factory=BeliefConfig)
+    cusum: CusumConfig = attrs.field(factory=CusumConfig)
+    risk: RiskConfig = attrs.field(factory=RiskConfig)
+    corrections: CorrectionConfig = attrs.field(factory=CorrectionConfig)
+    scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
+    selector: SelectorConfig = attrs.field(factory=SelectorConfig)
+    budget: BudgetConfig = attrs.field(factory=BudgetConfig)
+    calibration: CalibrationConfig = attrs.field(factory=CalibrationConfig)

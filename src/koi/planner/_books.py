@@ -1,0 +1,89 @@
+"""The root planner's default budget books (paper §2.6, DESIGN §6).
+
+For every job, the default proposer's screen gives the cheapest sized option per GPU type;
+priced per pool, that is how many GPUs of the pool serve the job and what the job gains per GPU
+there (its Tchebycheff score over deferral).  The selector's cvxpy LP spreads the fleet over
+the jobs; each job's book lists the pools it got plus the next best few.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from koi.plugins._default_proposer import DefaultProposer
+from koi.scoring import Normalizer, ScoringConfig, deferral_score, ideal_point, tchebycheff
+from koi.selector import JobDemand
+from koi.types import ClusterSnapshot, GpuSpec, Job, Outcomes
+
+__all__ = ["job_demand", "reference_cost"]
+
+
+def job_demand(
+    job: Job,
+    snapshot: ClusterSnapshot,
+    proposer: DefaultProposer,
+    gpus: Mapping[str, GpuSpec],
+    *,
+    reference_cost_per_mtok: float,
+    scoring: ScoringConfig,
+) -> JobDemand | None:
+    """GPUs needed and value per GPU in every pool that can serve ``job``."""
+    envs = [p.environment for p in snapshot.pools if p.environment.gpu in gpus]
+    best: dict[str, tuple[int, Outcomes, float]] = {}
+    for sized in proposer.sized_options(job, envs, gpus, now_s=snapshot.time_s):
+        if not sized.meets_target:
+            continue
+        gpu = sized.option.gpu
+        need = sized.replicas * sized.option.config.gpus
+        shape_price = sized.option.shape.price_usd_per_gpu_h
+        if gpu not in best or need < best[gpu][0]:
+            best[gpu] = (need, sized.prediction.outcomes, shape_price)
+    if not best:
+        return None
+    scales = Normalizer.for_job(
+        job, reference_cost_per_mtok=reference_cost_per_mtok, now_s=snapshot.time_s, cfg=scoring
+    )
+    z = ideal_point(job, scales)
+    j_defer = deferral_score(job, scoring, now_s=snapshot.time_s)
+    needed: dict[str, float] = {}
+    value: dict[str, float] = {}
+    for pool in snapshot.pools:
+        env = pool.environment
+        if env.gpu not in best or pool.capacity_gpus == 0:
+            continue
+        need, outcomes, shape_price = best[env.gpu]
+        # Same performance, this pool's price.
+        ratio = env.price_usd_per_gpu_h / shape_price if shape_price > 0 else 1.0
+        priced = Outcomes(
+            cost_per_mtok_usd=outcomes.cost_per_mtok_usd * ratio,
+            p99_ttft_ms=outcomes.p99_ttft_ms,
+            p99_tpot_ms=outcomes.p99_tpot_ms,
+            throughput_tok_s=outcomes.throughput_tok_s,
+            slo_margin=outcomes.slo_margin,
+        )
+        j = tchebycheff(job, priced, z_star=z, scales=scales, rho=scoring.rho, cfg=scoring)
+        needed[pool.id] = float(need)
+        value[pool.id] = max(j - j_defer, 0.0) / need
+    if not needed:
+        return None
+    return JobDemand(job_id=job.id, gpus_needed=needed, value_per_gpu=value)
+
+
+def reference_cost(
+    job: Job, snapshot: ClusterSnapshot, proposer: DefaultProposer, gpus: Mapping[str, GpuSpec]
+) -> float:
+    """The cheapest cost per Mtok any pool of the fleet offers ``job`` (the cost scale)."""
+    envs = [p.environment for p in snapshot.pools if p.environment.gpu in gpus]
+    cheapest_per_gpu: dict[str, float] = {}
+    for env in envs:
+        price = env.price_usd_per_gpu_h
+        cheapest_per_gpu[env.gpu] = min(price, cheapest_per_gpu.get(env.gpu, price))
+    best = float("inf")
+    for sized in proposer.sized_options(job, envs, gpus, now_s=snapshot.time_s):
+        out = sized.prediction.outcomes
+        shape = sized.option.shape
+        if out.throughput_tok_s <= 0 or shape.price_usd_per_gpu_h <= 0:
+            continue
+        ratio = cheapest_per_gpu[shape.gpu] / shape.price_usd_per_gpu_h
+        best = min(best, out.cost_per_mtok_usd * ratio)
+    return best if best < float("inf") and best > 0 else 1.0

@@ -1,0 +1,289 @@
+"""S5: turn one candidate ladder into a scored, validated selector candidate.
+
+For a ladder: C2 feasibility and the prediction come from the surrogate (with the residual
+corrections in force); the DRO band and breach probability from the stratum's residual history
+and the ladder's edge uncertainty (C3); ``J_i`` from the Tchebycheff scorer; the switching cost
+from the job's current ladder; the exploration items from the (edge, stratum) pairs and
+mechanisms it exercises.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+
+import attrs
+
+from koi.beliefs import stratum_of
+from koi.config import KoiConfig
+from koi.dag import CausalDag, RankContext, exercised_keys
+from koi.planner._learn import correction_fn
+from koi.planner._report import CandidateReport
+from koi.planner._state import PlannerState
+from koi.risk import band, breach_probability, combine_breach
+from koi.scoring import (
+    Normalizer,
+    candidate_value,
+    deferral_score,
+    ideal_point,
+    switching_cost,
+    tchebycheff,
+)
+from koi.selector import Candidate
+from koi.surrogate import Prediction, Surrogate
+from koi.types import (
+    ActionKind,
+    ClusterSnapshot,
+    GpuSpec,
+    Job,
+    Ladder,
+    Market,
+    ModelSpec,
+    Outcome,
+    Rank,
+)
+
+__all__ = ["Evaluated", "Evaluator", "ExplorationItem"]
+
+ExplorationItem = Hashable
+
+
+@attrs.frozen
+class Evaluated:
+    """A candidate's report, and its selector form unless it was rejected."""
+
+    report: CandidateReport
+    candidate: Candidate | None
+    prediction: Prediction | None = None
+
+
+class Evaluator:
+    """Scores candidates for one tick; holds the tick's frozen inputs and small caches."""
+
+    def __init__(
+        self,
+        *,
+        snapshot: ClusterSnapshot,
+        state: PlannerState,
+        surrogate: Surrogate,
+        gpus: Mapping[str, GpuSpec],
+        models: Mapping[str, ModelSpec],
+        dag: CausalDag,
+        cfg: KoiConfig,
+        reference_cost: Mapping[str, float],
+    ) -> None:
+        self.snapshot = snapshot
+        self.state = state
+        self.surrogate = surrogate
+        self.gpus = gpus
+        self.models = models
+        self.dag = dag
+        self.cfg = cfg
+        self.reference_cost = reference_cost
+        self.current = snapshot.current_ladders
+        self.uncertainty: dict[ExplorationItem, float] = {}
+
+    # ---- exploration ----------------------------------------------------------------------
+    def exploration_weights(self) -> dict[ExplorationItem, float]:
+        """β·U per exploration item seen this tick (edges normalized per stratum, DESIGN §5.3)."""
+        beta = self.state.calibration.beta
+        return {item: beta * u for item, u in self.uncertainty.items() if u > 0}
+
+    def _covers(self, job: Job, ladder: Ladder) -> frozenset[ExplorationItem]:
+        """(edge, stratum) pairs and mechanisms the ladder exercises, with their U recorded.
+
+        Edge uncertainty is divided by the number of registered edges so that a wholly untested
+        stratum is worth β (not β·|E|); mechanisms weigh ω_m times their own U.
+        """
+        evidence = self.state.evidence
+        per_edge = 1.0 / max(len(self.dag.edges), 1)
+        items: set[ExplorationItem] = set()
+        for edge, stratum in exercised_keys(ladder, self.models, dag=self.dag):
+            item: ExplorationItem = ("edge", edge, stratum.key)
+            items.add(item)
+            if item not in self.uncertainty:
+                self.uncertainty[item] = per_edge * evidence.uncertainty(edge, stratum)
+        omega = self.cfg.scoring.omega_m
+        for rank in ladder.ranks:
+            ctx = self._context(job, rank)
+            if ctx is None:
+                continue
+            for m in self.state.mechanisms:
+                if m.applies_to(ctx):
+                    mech_item: ExplorationItem = ("mechanism", m.id)
+                    items.add(mech_item)
+                    self.uncertainty[mech_item] = omega * m.belief.uncertainty
+        return frozenset(items)
+
+    def _context(self, job: Job, rank: Rank) -> RankContext | None:
+        spec = self.models.get(rank.chain.model)
+        gpu = self.gpus.get(rank.chain.environment.gpu)
+        if spec is None or gpu is None:
+            return None
+        return RankContext.from_rank(rank, spec, gpu, job)
+
+    # ---- risk -----------------------------------------------------------------------------
+    def breach(self, job: Job, ladder: Ladder, pred: Prediction) -> float:
+        """``p_i = 1 - Π_j (1 - p_j)`` over the job's SLO-constrained objectives (paper §2.4).
+
+        Online jobs: p99 TTFT and TPOT against their bounds; batch jobs: throughput against the
+        rate that finishes the remaining work by the deadline.  Spot ranks add the chance of a
+        preemption within ``planner.preemption_horizon_s``, weighted by their traffic share.
+        """
+        main = max(pred.ranks, key=lambda r: r.traffic_share).rank if pred.ranks else None
+        if main is None:
+            return 1.0
+        spec = self.models[main.chain.model]
+        stratum = stratum_of(main.chain, spec)
+        keys = exercised_keys(ladder, self.models, dag=self.dag)
+        prior_u = (
+            sum(self.state.evidence.uncertainty(e, s) for e, s in keys) / len(keys) if keys else 1.0
+        )
+        eps = self.state.epsilon.eps
+        risk = self.cfg.risk
+        ps: list[float] = []
+
+        def objective(outcome: Outcome, bound: float, *, upper_is_bad: bool) -> None:
+            y = pred.outcomes.get(outcome)
+            if not math.isfinite(y):
+                ps.append(1.0 if upper_is_bad else 0.0)
+                return
+            residuals = self.state.residuals.get(stratum, outcome.value)
+            b = band(y, residuals, eps, prior_uncertainty=min(prior_u, 1.0), cfg=risk)
+            ps.append(
+                breach_probability(
+                    b, bound, upper_is_bad=upper_is_bad, coverage=risk.target_coverage
+                )
+            )
+
+        t = job.target
+        if job.is_online:
+            objective(Outcome.TTFT, t.p99_ttft_ms or math.inf, upper_is_bad=True)
+            objective(Outcome.TPOT, t.p99_tpot_ms or math.inf, upper_is_bad=True)
+        else:
+            now = self.snapshot.time_s
+            span = max((t.deadline_s or now) - now, 1.0)
+            required = job.remaining_requests * job.workload.output_len.mean / span
+            objective(Outcome.THROUGHPUT, required, upper_is_bad=False)
+        horizon_h = self.cfg.planner.preemption_horizon_s / 3600.0
+        for rp in pred.ranks:
+            env = rp.rank.chain.environment
+            if env.market is Market.SPOT and env.preemption_per_h > 0:
+                p_any = 1.0 - math.exp(-env.preemption_per_h * horizon_h * rp.rank.replicas)
+                ps.append(rp.traffic_share * p_any)
+        return combine_breach(ps)
+
+    # ---- candidates -----------------------------------------------------------------------
+    def _normalizer(self, job: Job) -> Normalizer:
+        return Normalizer.for_job(
+            job,
+            reference_cost_per_mtok=self.reference_cost.get(job.id, 1.0),
+            now_s=self.snapshot.time_s,
+            cfg=self.cfg.scoring,
+        )
+
+    def defer(self, job: Job) -> Evaluated:
+        """The empty ladder: defer a pending job, stop an active one."""
+        active = job.id in self.current
+        kind = ActionKind.STOP if active else ActionKind.DEFER
+        j = deferral_score(job, self.cfg.scoring, now_s=self.snapshot.time_s)
+        held = self.current.get(job.id)
+        report = CandidateReport(
+            job_id=job.id, key=kind.value, kind=kind, ladder=Ladder(), tchebycheff=j, value=j
+        )
+        candidate = Candidate(
+            job_id=job.id,
+            key=kind.value,
+            kind=kind,
+            value=j,
+            gpus_by_pool={},
+            covers=frozenset(),
+            changes=active and held is not None,
+        )
+        return Evaluated(report, candidate)
+
+    def evaluate(
+        self, job: Job, ladder: Ladder, *, key: str, sources: tuple[str, ...] = ()
+    ) -> Evaluated:
+        """Predict, validate (C2, C3) and score one ladder for ``job``."""
+        current = self.current.get(job.id)
+        if current is None:
+            kind = ActionKind.PLACE
+        elif ladder == current:
+            kind = ActionKind.KEEP
+        else:
+            kind = ActionKind.RECONFIGURE
+        base = CandidateReport(job_id=job.id, key=key, kind=kind, ladder=ladder, sources=sources)
+        corrections = correction_fn(
+            self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
+        )
+        pred = self.surrogate.predict(
+            job, ladder, now_s=self.snapshot.time_s, corrections=corrections
+        )
+        if not pred.feasible:
+            return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred)
+        p = self.breach(job, ladder, pred)
+        scales = self._normalizer(job)
+        z_star = {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
+        j = tchebycheff(
+            job,
+            pred.outcomes,
+            z_star=z_star,
+            scales=scales,
+            rho=self.cfg.scoring.rho,
+            cfg=self.cfg.scoring,
+        )
+        switch_usd = 0.0
+        switch_score = 0.0
+        if current is not None and kind is not ActionKind.KEEP:
+            now_pred = self.surrogate.predict(
+                job, current, now_s=self.snapshot.time_s, corrections=corrections
+            )
+            cost = switching_cost(
+                current,
+                ladder,
+                model=self.models[job.model],
+                breach_probability=p,
+                in_flight_requests=_in_flight(job, now_pred) if now_pred.feasible else 0.0,
+                cfg=self.cfg.scoring,
+            )
+            switch_usd, switch_score = cost.total_usd, cost.score(self.cfg.scoring)
+        value = candidate_value(
+            j, p, switch_score, cfg=self.cfg.scoring, lam=self.state.calibration.lam
+        )
+        covers = self._covers(job, ladder)
+        report = attrs.evolve(
+            base,
+            outcomes=pred.outcomes,
+            breach_probability=p,
+            tchebycheff=j,
+            switch_usd=switch_usd,
+            value=value,
+            exploration_items=len(covers),
+        )
+        tau = self.cfg.planner.tau
+        if p > tau and kind is not ActionKind.KEEP:
+            # C3.  A running ladder is never rejected for risk: stopping it breaches for sure.
+            reason = f"C3: breach {p:.2f} > τ {tau:.2f}"
+            return Evaluated(attrs.evolve(report, rejected=reason), None, pred)
+        candidate = Candidate(
+            job_id=job.id,
+            key=key,
+            kind=kind,
+            value=value,
+            gpus_by_pool=ladder.gpus_by_pool(),
+            covers=covers,
+            changes=kind is ActionKind.RECONFIGURE,
+        )
+        return Evaluated(report, candidate, pred)
+
+
+def _in_flight(job: Job, pred: Prediction) -> float:
+    """Requests in flight on the job's current deployment (Little's law on the prediction)."""
+    if job.is_online:
+        rate = job.workload.rate_rps or 0.0
+        latency_s = (
+            pred.outcomes.p99_ttft_ms + job.workload.output_len.mean * pred.outcomes.p99_tpot_ms
+        ) / 1000.0
+        return rate * latency_s if math.isfinite(latency_s) else 0.0
+    return sum(rp.mediators.mean_batch_size * rp.rank.replicas for rp in pred.ranks)
