@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+pytest.register_assert_rewrite("koi.testing.contracts")
 
 # CI machines are small and shared: fewer examples, no deadline flakiness.
 settings.register_profile(

@@ -22,19 +22,35 @@ from koi.errors import (
 __all__ = [
     "InfeasibleError",
     "InvalidInput",
+    "KoiConfig",
     "KoiError",
     "KoiWarning",
+    "Planner",
     "PluginError",
     "SolverError",
     "SolverLimitError",
     "StateError",
     "__version__",
     "errors",
+    "hookimpl",
     "types",
 ]
 
 
 def __getattr__(name: str) -> Any:
+    # Lazy names: importing koi must not import pluggy, the solvers or the planner.
+    if name == "hookimpl":
+        from koi.plugins import hookimpl
+
+        return hookimpl
+    if name == "KoiConfig":
+        from koi.config import KoiConfig
+
+        return KoiConfig
+    if name == "Planner":
+        from koi.planner import Planner
+
+        return Planner
     if name == "__version__":
         from importlib.metadata import version
 

@@ -71,8 +71,11 @@ while True:
 def test_process_killed_mid_write_leaves_a_loadable_state(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     loaded = 0
-    for delay in (0.3, 0.37, 0.45, 0.52):
+    for delay in (0.0, 0.013, 0.029, 0.047):
         proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(path)])
+        give_up = time.monotonic() + 30
+        while not path.exists() and time.monotonic() < give_up:
+            time.sleep(0.01)  # wait for the writer's first checkpoint, however slow the machine
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -41,6 +41,14 @@ def _mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
     return dict(value)
 
 
+def _any_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(value)
+
+
+def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class ProposalContext:
     """Everything a ladder proposer may use for one job in one S4↔S5 round.
@@ -60,9 +68,9 @@ class ProposalContext:
     deadline_s: float = attrs.field(validator=_finite)
     budget: Any = attrs.field(default=None, hash=False)
     dag: Any = attrs.field(default=None, hash=False)
-    mechanisms: tuple[Any, ...] = attrs.field(default=(), converter=tuple, hash=False)
+    mechanisms: tuple[Any, ...] = attrs.field(default=(), converter=_any_tuple, hash=False)
     incumbent: Ladder | None = None
-    feedback: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    feedback: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     round: int = attrs.field(default=0, validator=_non_negative_int)
     max_candidates: int = attrs.field(default=8, validator=_positive_int)
 

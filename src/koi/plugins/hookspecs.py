@@ -1,3 +1,4 @@
+# mypy: disable-error-code="empty-body"
 """The koi hook specifications: this module is the plugin reference.
 
 Every hook is named ``koi_*``.  Implement any subset of them on a module or an object, mark each

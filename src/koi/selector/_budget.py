@@ -10,6 +10,7 @@ import attrs
 import numpy as np
 
 from koi.errors import InvalidInput, SolverError
+from koi.selector._highs import quiet_stdout
 from koi.selector._model import PoolCapacity
 
 __all__ = ["BudgetBook", "BudgetBooks", "BudgetConfig", "JobDemand"]
@@ -141,8 +142,8 @@ class BudgetBooks:
         self._params["mask"].value = mask
         self._params["cap"].value = cap
         try:
-            # output_flag silences the HiGHS banner cvxpy would otherwise print on every solve.
-            self._prob.solve(solver="HIGHS", verbose=False, output_flag=False)
+            with quiet_stdout():
+                self._prob.solve(solver="HIGHS", verbose=False, output_flag=False)
         except Exception as exc:
             raise SolverError(f"budget books: LP failed ({type(exc).__name__}: {exc})") from None
         if self._prob.status not in ("optimal", "optimal_inaccurate"):

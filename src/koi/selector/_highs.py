@@ -32,8 +32,6 @@ _STATUS = {
     "kUnboundedOrInfeasible": "infeasible",
 }
 
-_banner_done = False
-
 
 @attrs.frozen
 class MilpResult:
@@ -47,8 +45,9 @@ class MilpResult:
 
 
 @contextlib.contextmanager
-def _quiet_stdout() -> Iterator[None]:
-    """HiGHS prints a copyright banner to fd 1 the first time a ``Highs`` is built."""
+def quiet_stdout() -> Iterator[None]:
+    """Silence fd 1: HiGHS prints a banner the first time a ``Highs`` is built in a process
+    (directly or through cvxpy), before any option can turn output off."""
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):
@@ -66,15 +65,10 @@ def _quiet_stdout() -> Iterator[None]:
 
 
 def _new_highs() -> Any:
-    global _banner_done
     import highspy
 
-    if _banner_done:
+    with quiet_stdout():
         h = highspy.Highs()  # type: ignore[no-untyped-call]
-    else:
-        with _quiet_stdout():
-            h = highspy.Highs()  # type: ignore[no-untyped-call]
-        _banner_done = True
     h.silent()
     return h
 
