@@ -14,12 +14,12 @@ from collections.abc import Hashable, Mapping
 
 import attrs
 
-from koi.beliefs import stratum_of
 from koi.config import KoiConfig
 from koi.dag import CausalDag, RankContext, exercised_keys
 from koi.planner._learn import correction_fn
 from koi.planner._report import CandidateReport
 from koi.planner._state import PlannerState
+from koi.planner._strata import stratum_for
 from koi.risk import band, breach_probability, combine_breach
 from koi.scoring import (
     Normalizer,
@@ -95,6 +95,8 @@ class Evaluator:
         Edge uncertainty is divided by the number of registered edges so that a wholly untested
         stratum is worth β (not β·|E|); mechanisms weigh ω_m times their own U.
         """
+        if not self.cfg.planner.causal_graph:
+            return frozenset()
         evidence = self.state.evidence
         per_edge = 1.0 / max(len(self.dag.edges), 1)
         items: set[ExplorationItem] = set()
@@ -134,8 +136,12 @@ class Evaluator:
         if main is None:
             return 1.0
         spec = self.models[main.chain.model]
-        stratum = stratum_of(main.chain, spec)
-        keys = exercised_keys(ladder, self.models, dag=self.dag)
+        stratum = stratum_for(main.chain, spec, self.cfg)
+        keys = (
+            exercised_keys(ladder, self.models, dag=self.dag)
+            if self.cfg.planner.causal_graph
+            else frozenset()
+        )
         prior_u = (
             sum(self.state.evidence.uncertainty(e, s) for e, s in keys) / len(keys) if keys else 1.0
         )

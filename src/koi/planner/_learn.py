@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
-from koi.beliefs import EdgeKey, Quadrant, Stratum, Verdict, invariance_verdicts, stratum_of
+from koi.beliefs import EdgeKey, Quadrant, Stratum, Verdict, invariance_verdicts
 from koi.beliefs import update_mechanism as _update_mechanism
 from koi.calibration import ideal_point_update
 from koi.config import KoiConfig
@@ -24,6 +24,7 @@ from koi.cusum import Detector, classify
 from koi.dag import CausalDag, RankContext, exercised_decisions, node_name
 from koi.planner._corrections import DECODE_TIME, PREFILL_TIME, CorrectionStore
 from koi.planner._state import DetectorKey, PlannerState
+from koi.planner._strata import stratum_for
 from koi.risk import ResidualHistory, band, relative_residual
 from koi.surrogate import RankCorrection, RankPrediction, Surrogate
 from koi.types import (
@@ -105,7 +106,7 @@ def correction_fn(
         spec = models.get(chain.model)
         if spec is None:
             return RankCorrection()
-        key = stratum_of(chain, spec).key
+        key = stratum_for(chain, spec, cfg).key
 
         def factor(variable: str) -> float:
             own = store.factor(key, variable, cc)
@@ -174,7 +175,7 @@ def learn(
                 skipped.append(f"{job_id}: cannot re-predict {o.chain.environment.id}")
                 continue
             compared += 1
-            stratum = stratum_of(o.chain, spec)
+            stratum = stratum_for(o.chain, spec, cfg)
             skey = stratum.key
             in_force = corrections_in_force(o.chain)
             pairs = _pairs(o, rp)
@@ -203,7 +204,8 @@ def learn(
             verdict_cache.update(invariance_verdicts(by_edge, cfg=cfg.beliefs.invariance))
         return {e: verdict_cache[e] for e in edges}
 
-    for stratum, _ctx, rank in evaluated:
+    graph = cfg.planner.causal_graph
+    for stratum, _ctx, rank in evaluated if graph else ():
         for v_node, edges, outcomes in _mediator_stars(dag, rank):
             med_div = (stratum.key, _var(v_node)) in diverged
             out_div = any((stratum.key, _var(y)) in diverged for y in outcomes)
@@ -217,7 +219,7 @@ def learn(
     mechanisms = list(state.mechanisms)
     mechanism_strata = {k: tuple(v) for k, v in state.mechanism_strata.items()}
     for idx, m in enumerate(mechanisms):
-        for stratum, ctx, _rank in evaluated:
+        for stratum, ctx, _rank in evaluated if graph else ():
             if not m.applies_to(ctx):
                 continue
             med_div = any((stratum.key, _var(v)) in diverged for v in m.mediators)

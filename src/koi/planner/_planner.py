@@ -15,7 +15,7 @@ import pluggy
 from koi.calibration import CalibrationState, TickSignals, swap_budget
 from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
-from koi.dag import admit_mechanism, default_dag
+from koi.dag import admit_mechanism, default_dag, exercised_keys
 from koi.errors import InvalidInput, KoiError
 from koi.planner._books import job_demand, reference_cost
 from koi.planner._checkpoint import load_checkpoint, save_checkpoint
@@ -70,6 +70,10 @@ class Planner:
         Where the state is checkpointed after every tick; an existing checkpoint is resumed.
     use_default_proposer
         Register the built-in deterministic proposer (on by default).
+    surrogate
+        The predictor; the built-in :class:`koi.surrogate.Surrogate` by default.
+    name
+        How reports and the benchmark call this planner.
     """
 
     def __init__(
@@ -81,15 +85,19 @@ class Planner:
         plugin_manager: pluggy.PluginManager | None = None,
         state_path: str | Path | None = None,
         use_default_proposer: bool = True,
+        surrogate: Surrogate | None = None,
+        name: str = "koi",
     ) -> None:
         self.config = config or KoiConfig()
         catalog = catalog or load_catalog()
         self.gpus = dict(catalog.gpus)
         self.models = dict(catalog.models)
-        self.surrogate = Surrogate(self.gpus, self.models, self.config.surrogate)
+        self.surrogate = surrogate or Surrogate(self.gpus, self.models, self.config.surrogate)
+        self.name = name
         self.dag = default_dag()
+        explore = self._stratum_uncertainty if self.config.planner.causal_graph else None
         self.proposer = DefaultProposer(
-            self.surrogate, cfg=self.config.proposer, uncertainty=self._stratum_uncertainty
+            self.surrogate, cfg=self.config.proposer, uncertainty=explore
         )
         pm = plugin_manager or make_plugin_manager(plugins=plugins, entry_points=False)
         if use_default_proposer and pm.get_plugin(DEFAULT_PROPOSER) is None:
@@ -142,17 +150,20 @@ class Planner:
             obs = self._telemetry(snapshot, observations or (), errors)  # S1
             lap("S1_telemetry")
             state = self._ensure_ledger(state, snapshot)  # S2 needs a prediction per rank
-            state, learned = learn(
-                state,
-                snapshot,
-                obs,
-                surrogate=self.surrogate,
-                gpus=self.gpus,
-                models=self.models,
-                dag=self.dag,
-                cfg=self.config,
-            )  # S2 + S3
-            state = self._admit_mechanisms(state, learned, errors)
+            learned = LearnReport()
+            if self.config.planner.learning:
+                state, learned = learn(
+                    state,
+                    snapshot,
+                    obs,
+                    surrogate=self.surrogate,
+                    gpus=self.gpus,
+                    models=self.models,
+                    dag=self.dag,
+                    cfg=self.config,
+                )  # S2 + S3
+                if self.config.planner.causal_graph:
+                    state = self._admit_mechanisms(state, learned, errors)
             lap("S2_S3_learn")
             result = self._plan(snapshot, state, learned, errors, timings, lap)  # S4–S6
         except KoiError as exc:
@@ -170,10 +181,6 @@ class Planner:
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
         """The policy interface of :mod:`koi.sim`: the plan of :meth:`tick`."""
         return self.tick(snapshot, observations).plan
-
-    @property
-    def name(self) -> str:
-        return "koi"
 
     # ---- S0 / S1 ----------------------------------------------------------------------------
     def _snapshot(self, snapshot: ClusterSnapshot | None) -> ClusterSnapshot:
@@ -265,8 +272,6 @@ class Planner:
 
     def _stratum_uncertainty(self, chain: Chain) -> float:
         """Mean edge uncertainty U of the chain's stratum (1 where nothing was learned)."""
-        from koi.dag import exercised_keys
-
         keys = exercised_keys(Rank(chain, 1), self.models, dag=self.dag)
         if not keys:
             return 1.0
@@ -493,7 +498,7 @@ class Planner:
         active = len(snapshot.active)
         reconfigured = sum(a.kind is ActionKind.RECONFIGURE for a in plan.actions)
         calibration = state.calibration
-        if not result.fallback:
+        if not result.fallback and self.config.planner.learning:
             q1 = result.evidence.get("q1_rate")
             calibration = calibration.observe(
                 TickSignals(
