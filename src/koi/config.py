@@ -31,6 +31,7 @@ class PlannerConfig:
     is each proposer's wall-clock budget per round.  ``mechanism_min_confidence`` is the belief a
     mechanism needs before it carries corrections to other strata in its scope.
     ``preemption_horizon_s`` is the horizon over which a spot rank's preemption counts as risk.
+    ``decide_after`` quiet CUSUM samples make a variable "match" for the quadrants.
     ``learning`` and ``causal_graph`` exist for the ablations: without learning the evidence
     state never changes (``koi-frozen``); without the causal graph there are no strata, no
     mechanisms and no exploration, and evidence is pooled fleet-wide (``koi-nograph``).
@@ -44,6 +45,7 @@ class PlannerConfig:
     proposer_timeout_s: float = attrs.field(default=5.0, validator=positive)
     mechanism_min_confidence: float = attrs.field(default=0.6, validator=fraction)
     preemption_horizon_s: float = attrs.field(default=1800.0, validator=positive)
+    decide_after: int = attrs.field(default=4, validator=positive_int)
     learning: bool = True
     causal_graph: bool = True
 

@@ -180,7 +180,7 @@ def learn(
             in_force = corrections_in_force(o.chain)
             pairs = _pairs(o, rp)
             for variable, observed, pred in pairs:
-                r = _residual(observed, pred)
+                r = _residual(variable, observed, pred)
                 key = (skey, variable)
                 detectors[key] = detectors.get(key, Detector(cfg=cfg.cusum)).step(r)
                 touched[key] = True
@@ -192,6 +192,29 @@ def learn(
 
     # CUSUM verdicts this tick -> quadrants -> beliefs.
     diverged = {k for k in touched if detectors[k].diverged}
+
+    def status(stratum: Stratum, node: str) -> bool | None:
+        """Diverged (True), matching (False), or undecided (None) this tick.
+
+        A detector matches only after ``decide_after`` quiet samples since its last reset: one
+        large residual is not yet evidence either way (it may be an isolated deviation).
+        """
+        key = (stratum.key, _var(node))
+        if key not in touched:
+            return None
+        if key in diverged:
+            return True
+        return False if detectors[key].state.n >= cfg.planner.decide_after else None
+
+    def quadrant(
+        stratum: Stratum, mediators: Iterable[str], outcomes: Iterable[str]
+    ) -> Quadrant | None:
+        med = [status(stratum, v) for v in mediators]
+        out = [status(stratum, y) for y in outcomes]
+        if None in med or None in out or not med or not out:
+            return None
+        return classify(any(med), any(out))
+
     evidence_updates: list[tuple[tuple[EdgeKey, Stratum], tuple[float, float]]] = []
     quadrant_counts: dict[str, int] = defaultdict(int)
     table = cfg.beliefs.table
@@ -207,9 +230,9 @@ def learn(
     graph = cfg.planner.causal_graph
     for stratum, _ctx, rank in evaluated if graph else ():
         for v_node, edges, outcomes in _mediator_stars(dag, rank):
-            med_div = (stratum.key, _var(v_node)) in diverged
-            out_div = any((stratum.key, _var(y)) in diverged for y in outcomes)
-            q = classify(med_div, out_div)
+            q = quadrant(stratum, (v_node,), outcomes)
+            if q is None:
+                continue
             quadrant_counts[q.value] += 1
             verdicts = verdicts_for(edges) if q in (Quadrant.Q2, Quadrant.Q3) else {}
             for e in edges:
@@ -222,9 +245,9 @@ def learn(
         for stratum, ctx, _rank in evaluated if graph else ():
             if not m.applies_to(ctx):
                 continue
-            med_div = any((stratum.key, _var(v)) in diverged for v in m.mediators)
-            out_div = any((stratum.key, _var(y)) in diverged for y in m.outcomes)
-            q = classify(med_div, out_div)
+            q = quadrant(stratum, m.mediators, m.outcomes)
+            if q is None:
+                continue
             quadrant_counts[q.value] += 1
             verdicts = verdicts_for(m.edges) if q in (Quadrant.Q2, Quadrant.Q3) else {}
             for e in m.edges:
@@ -248,6 +271,8 @@ def learn(
             stale.add((skey, PREFILL_TIME))
         detectors[(skey, variable)] = detectors[(skey, variable)].reset()
     corrections = corrections.reset(stale)
+    # Residuals from before the change describe a world that is gone.
+    residuals = residuals.forget((Stratum.from_key(s), v) for s, v in diverged)
 
     decided = sum(quadrant_counts.values())
     q1_rate = quadrant_counts.get(Quadrant.Q1.value, 0) / decided if decided else None
@@ -301,12 +326,15 @@ def _predict_observed(
 
 
 def _pairs(o: Observation, rp: RankPrediction) -> list[tuple[str, float, float]]:
-    out = [(oc.value, o.outcomes.get(oc), rp.outcomes.get(oc)) for oc in BAND_OUTCOMES]
+    out = [(oc.value, o.outcomes.get(oc), rp.outcomes.get(oc)) for oc in Outcome]
     out.extend((m.value, o.mediators.get(m), rp.mediators.get(m)) for m in Mediator)
     return out
 
 
-def _residual(observed: float, predicted: float) -> float:
+def _residual(variable: str, observed: float, predicted: float) -> float:
+    """Relative residual, capped; the SLO margin is already relative, so its plain difference."""
+    if variable == Outcome.SLO_MARGIN.value and math.isfinite(observed + predicted):
+        return max(-_RESIDUAL_CAP, min(_RESIDUAL_CAP, observed - predicted))
     if not math.isfinite(observed):
         return _RESIDUAL_CAP
     if not math.isfinite(predicted):

@@ -26,7 +26,7 @@ from koi.planner._report import CandidateReport, TickResult
 from koi.planner._state import LedgerEntry, PlannerState
 from koi.plugins import PluginHost, ProposalContext, make_plugin_manager
 from koi.plugins._default_proposer import DefaultProposer
-from koi.risk import EpsilonCalibrator
+from koi.risk import EpsilonCalibrator, ResidualHistory
 from koi.selector import (
     BudgetBook,
     BudgetBooks,
@@ -118,6 +118,7 @@ class Planner:
         return PlannerState(
             calibration=CalibrationState.initial(beta=scoring.beta, lam=scoring.lambda_switch),
             epsilon=EpsilonCalibrator.start(config.risk),
+            residuals=ResidualHistory(window=config.risk.window),
         )
 
     # ---- the tick ---------------------------------------------------------------------------

@@ -44,7 +44,7 @@ class RiskConfig:
     prior_width: float = attrs.field(default=0.05, validator=non_negative)
     prior_width_per_u: float = attrs.field(default=0.45, validator=non_negative)
     prior_strength: float = attrs.field(default=10.0, validator=positive)
-    window: int = attrs.field(default=200, validator=positive_int)
+    window: int = attrs.field(default=36, validator=positive_int)
     prediction_floor: float = attrs.field(default=1e-6, validator=positive)
 
     def __attrs_post_init__(self) -> None:

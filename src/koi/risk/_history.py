@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -84,6 +84,14 @@ class ResidualHistory:
         series = dict(self._series)
         series[key] = (*series.get(key, ()), float(residual))[-self.window :]
         return ResidualHistory(self.window, series)
+
+    def forget(self, keys: Iterable[tuple[Stratum, object]]) -> ResidualHistory:
+        """Drop the residuals of these (stratum, objective) pairs (the world changed)."""
+        drop = {(s, _objective(o)) for s, o in keys}
+        if not drop & self._series.keys():
+            return self
+        kept = {k: v for k, v in self._series.items() if k not in drop}
+        return ResidualHistory(self.window, kept)
 
     def add(
         self,
