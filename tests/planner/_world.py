@@ -29,7 +29,9 @@ CATALOG = load_catalog()
 TICK_S = 300.0
 
 
-def pools(*, per_pool: int = 2, gpus: Sequence[str] = ("H100-SXM", "L40S", "A100-80GB")) -> list[Pool]:
+def pools(
+    *, per_pool: int = 2, gpus: Sequence[str] = ("H100-SXM", "L40S", "A100-80GB")
+) -> list[Pool]:
     envs = CATALOG.environments(clouds=["aws"], markets=["on_demand"], gpus=list(gpus))
     seen: set[str] = set()
     out = []
@@ -43,7 +45,9 @@ def pools(*, per_pool: int = 2, gpus: Sequence[str] = ("H100-SXM", "L40S", "A100
 
 
 def chat_job(job_id: str = "chat", *, rate: float = 6.0, model: str = "Llama-3.1-8B") -> Job:
-    workload = WorkloadProfile(LengthDist(1024, 0.3, 4096), LengthDist(200, 0.3, 1024), rate_rps=rate)
+    workload = WorkloadProfile(
+        LengthDist(1024, 0.3, 4096), LengthDist(200, 0.3, 1024), rate_rps=rate
+    )
     return Job(
         id=job_id,
         model=model,

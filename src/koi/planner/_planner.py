@@ -144,11 +144,12 @@ class Planner:
             clock = now
 
         snapshot = self._snapshot(snapshot)  # S0: bad input raises here, nothing changed yet
+        given = _checked_observations(observations or ())
         lap("S0_snapshot")
         errors: list[str] = []
         state = self.state
         try:
-            obs = self._telemetry(snapshot, observations or (), errors)  # S1
+            obs = self._telemetry(snapshot, given, errors)  # S1
             lap("S1_telemetry")
             state = self._ensure_ledger(state, snapshot)  # S2 needs a prediction per rank
             learned = LearnReport()
@@ -206,9 +207,6 @@ class Planner:
         given: Sequence[Observation],
         errors: list[str],
     ) -> list[Observation]:
-        for k, o in enumerate(given):
-            if not isinstance(o, Observation):
-                raise InvalidInput(f"observations[{k}]: expected an Observation, got {o!r}")
         ranks = [(a.job_id, r) for a in snapshot.active for r in a.ladder.ranks]
         start = self.state.last_time_s
         if not ranks or start is None or start >= snapshot.time_s:
@@ -526,6 +524,14 @@ class Planner:
         }
         self.host.plan_committed(plan, report)
         return state
+
+
+def _checked_observations(observations: Sequence[Observation]) -> list[Observation]:
+    out = list(observations)
+    for k, o in enumerate(out):
+        if not isinstance(o, Observation):
+            raise InvalidInput(f"observations[{k}]: expected an Observation, got {o!r}")
+    return out
 
 
 def _capacities(snapshot: ClusterSnapshot) -> list[PoolCapacity]:
