@@ -1,7 +1,36 @@
-"""The replay engine: continuous batching over replicas, driven by a step-time model."""
+"""The replay engine: continuous batching over replicas, driven by a step-time model.
+
+One engine serves both the surrogate (fed predicted step times, replayed for a short horizon)
+and the simulated fleet (fed true step times, kept alive across planning ticks).
+"""
 
 from __future__ import annotations
 
+from koi.surrogate.replay._cache import CachedStepModel, UncachedStepModel
+from koi.surrogate.replay._config import ReplayConfig
+from koi.surrogate.replay._engine import ReplayEngine, run_closed_loop
+from koi.surrogate.replay._replica import ReplicaSpec
+from koi.surrogate.replay._request import (
+    Request,
+    batch_requests,
+    sample_lengths,
+    sample_requests,
+)
+from koi.surrogate.replay._stats import WindowStats
 from koi.surrogate.replay._step import StepTime, StepTimeModel
 
-__all__ = ["StepTime", "StepTimeModel"]
+__all__ = [
+    "CachedStepModel",
+    "ReplayConfig",
+    "ReplayEngine",
+    "ReplicaSpec",
+    "Request",
+    "StepTime",
+    "StepTimeModel",
+    "UncachedStepModel",
+    "WindowStats",
+    "batch_requests",
+    "run_closed_loop",
+    "sample_lengths",
+    "sample_requests",
+]

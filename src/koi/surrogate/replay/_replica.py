@@ -1,0 +1,375 @@
+"""One replica: continuous batching with chunked prefill, KV accounting and preemption.
+
+Internal to the engine.  A replica advances in *blocks*: a block is either one iteration that
+carries prefill tokens, or ``k`` pure-decode iterations whose batch cannot change before the
+block ends (the block stops at the next finish and before the KV cache would overflow).  The
+engine commits a block at its end time, or cuts it short when an arrival could join the batch.
+
+Decode bookkeeping is O(1) per iteration: a decoding sequence that joined the decode set after
+iteration ``J`` with ``g`` generated tokens holds ``input + g + (it - J)`` KV tokens at iteration
+counter ``it``, so the summed context is ``sum(off) + n * it`` with ``off = input + g - J``, and
+it finishes when ``it`` reaches ``J + output - g`` (a heap keyed by that counter).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from koi.errors import InvalidInput
+from koi.surrogate.replay._cache import CachedStepModel, StepTuple, UncachedStepModel
+from koi.surrogate.replay._step import StepTimeModel
+from koi.types._validate import positive_int
+
+if TYPE_CHECKING:
+    from koi.surrogate.replay._engine import ReplayEngine
+
+__all__ = ["ReplicaSpec"]
+
+
+def _step_model(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not callable(getattr(value, "step", None)):
+        raise InvalidInput(f"{attribute.name}: must have a step(...) method, got {value!r}")
+
+
+@attrs.frozen
+class ReplicaSpec:
+    """One serving replica: its step-time model and its engine limits.
+
+    ``kv_capacity_tokens`` is the KV cache size in tokens.  ``max_batch_size`` caps running
+    sequences and ``max_batched_tokens`` the tokens of one iteration (decode tokens first, then
+    chunked prefill slices).  Like vLLM, a replica never runs more sequences than it has
+    tokens per iteration, so the effective batch cap is ``min(max_batch_size,
+    max_batched_tokens)``.
+    """
+
+    step_model: StepTimeModel = attrs.field(validator=_step_model)
+    kv_capacity_tokens: int = attrs.field(validator=positive_int)
+    max_batch_size: int = attrs.field(validator=positive_int)
+    max_batched_tokens: int = attrs.field(validator=positive_int)
+
+
+class _Seq:
+    """Mutable per-request state inside the engine."""
+
+    __slots__ = (
+        "arrival",
+        "chunk",
+        "done",
+        "fed",
+        "first",
+        "gen",
+        "hv",
+        "id",
+        "inp",
+        "j",
+        "off",
+        "out",
+        "target",
+        "uid",
+    )
+
+    def __init__(self, uid: int, rid: int, arrival: float, inp: int, out: int, fed: bool) -> None:
+        self.uid = uid
+        self.id = rid
+        self.arrival = arrival
+        self.inp = inp
+        self.out = out
+        self.fed = fed
+        self.gen = 0  # output tokens generated (as of iteration j while decoding)
+        self.target = inp  # prompt to (re)compute: input + tokens generated before a preemption
+        self.done = 0  # prompt tokens already prefilled
+        self.chunk = 0  # prompt tokens scheduled in the current iteration
+        self.first = -1.0  # first-token time, -1 until it has one
+        self.j = 0  # iteration counter when it joined the decode set
+        self.off = 0  # input + gen - j while decoding
+        self.hv = -1  # version of its live heap entry, -1 when not decoding
+
+
+Model = CachedStepModel | UncachedStepModel
+
+
+class _Replica:
+    """Scheduler state of one replica (see the module docstring)."""
+
+    __slots__ = (
+        "adm_cap",
+        "budget",
+        "cap",
+        "heap",
+        "it",
+        "m",
+        "maxb",
+        "n_dec",
+        "p_acc",
+        "p_dt",
+        "p_e",
+        "p_k",
+        "p_kacc",
+        "p_kv",
+        "p_n",
+        "p_on",
+        "p_pref",
+        "p_run",
+        "p_s",
+        "p_st",
+        "prefilling",
+        "running",
+        "s_dec",
+        "spec",
+        "used_pre",
+        "waiting",
+    )
+
+    def __init__(self, spec: ReplicaSpec, model: Model, now: float, watermark: float) -> None:
+        self.spec = spec
+        self.m = model
+        self.cap = spec.kv_capacity_tokens
+        self.adm_cap = spec.kv_capacity_tokens * (1.0 - watermark)
+        self.maxb = min(spec.max_batch_size, spec.max_batched_tokens)
+        self.budget = spec.max_batched_tokens
+        self.waiting: deque[_Seq] = deque()
+        self.running: dict[int, _Seq] = {}  # admission order: the last one is preempted first
+        self.prefilling: list[_Seq] = []
+        self.heap: list[tuple[int, int, _Seq]] = []
+        self.n_dec = 0
+        self.s_dec = 0
+        self.used_pre = 0
+        self.it = 0
+        self.p_on = False
+        self.p_s = self.p_e = self.p_dt = self.p_acc = self.p_kv = now
+        self.p_k = self.p_kacc = self.p_n = self.p_run = 0
+        self.p_pref = False
+        self.p_st: StepTuple = (1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    # -- planning -------------------------------------------------------------------------
+
+    def _preempt(self, t: float, eng: ReplayEngine) -> None:
+        """Evict the newest running sequences until the next decode step fits the KV cache."""
+        running = self.running
+        it = self.it
+        while self.s_dec + self.n_dec * (it + 1) + self.used_pre > self.cap:
+            _, seq = running.popitem()
+            if seq.hv >= 0:  # decoding: keep its tokens, recompute prompt + generated later
+                seq.gen += it - seq.j
+                self.s_dec -= seq.off
+                self.n_dec -= 1
+                seq.hv = -1
+            else:  # prefilling: it is the newest prefilling sequence
+                self.prefilling.pop()
+                self.used_pre -= seq.target + 1
+            seq.target = seq.inp + seq.gen
+            seq.done = 0
+            seq.chunk = 0
+            self.waiting.appendleft(seq)
+            eng.on_preempt(t)
+
+    def plan(self, t: float, eng: ReplayEngine) -> None:
+        """Schedule the next block starting at ``t`` (or go idle)."""
+        n = self.n_dec
+        it = self.it
+        cap = self.cap
+        if self.s_dec + n * (it + 1) + self.used_pre > cap:
+            self._preempt(t, eng)
+            n = self.n_dec
+        used = self.s_dec + n * it + self.used_pre
+        waiting = self.waiting
+        running = self.running
+        prefilling = self.prefilling
+        maxb = self.maxb
+        if prefilling or (
+            waiting
+            and len(running) < maxb
+            and (not running or used + n + waiting[0].target + 1 <= self.adm_cap)
+        ):
+            budget = self.budget - n  # decode tokens go first
+            pt = 0
+            pairs = 0.0
+            for seq in prefilling:
+                c = seq.target - seq.done
+                if c > budget:
+                    c = budget
+                seq.chunk = c
+                if c:
+                    pairs += c * (seq.done + c * 0.5)
+                    pt += c
+                    budget -= c
+            admitted = 0
+            adm_cap = self.adm_cap
+            while budget > 0 and waiting and len(running) < maxb:
+                seq = waiting[0]
+                need = seq.target + 1  # the prompt and the token its last slice samples
+                if running and used + n + need > adm_cap:
+                    break
+                waiting.popleft()
+                admitted += 1
+                running[seq.uid] = seq
+                prefilling.append(seq)
+                self.used_pre += need
+                used += need
+                c = need - 1 if need - 1 < budget else budget
+                seq.chunk = c
+                pairs += c * c * 0.5
+                pt += c
+                budget -= c
+            if admitted:
+                eng.on_queue(t, -admitted)
+            st = self.m.mixed(pt, pairs, n, self.s_dec + n * it)
+            self.p_k = 1
+            self.p_dt = st[0]
+            self.p_e = t + st[0]
+            self.p_kv = used + n
+            self.p_pref = True
+        elif n:
+            heap = self.heap
+            while heap[0][2].hv != heap[0][1]:  # drop entries of evicted or re-queued sequences
+                heapq.heappop(heap)
+            k = heap[0][0] - it
+            kkv = (cap - used) // n
+            if kkv < k:
+                k = kkv
+            st = self.m.decode(n, self.s_dec + n * (it + (k - 1) * 0.5))
+            self.p_k = k
+            self.p_dt = st[0]
+            self.p_e = t + k * st[0]
+            self.p_kv = used + n * (k + 1) * 0.5
+            self.p_pref = False
+        else:
+            self.p_on = False
+            return
+        self.p_on = True
+        self.p_s = t
+        self.p_acc = t
+        self.p_kacc = 0
+        self.p_n = n
+        self.p_run = len(running)
+        self.p_st = st
+        eng.schedule(self)
+
+    def cut_for_arrival(self, t: float, eng: ReplayEngine) -> None:
+        """End a multi-iteration decode block at the first iteration boundary at or after ``t``."""
+        k = -int(-(t - self.p_s) // self.p_dt)  # ceil
+        if k <= 0:
+            self.plan(t, eng)  # the block had not started: plan again with the new arrival
+        elif k < self.p_k:
+            self.p_kv -= self.p_n * (self.p_k - k) * 0.5
+            self.p_k = k
+            self.p_e = self.p_s + k * self.p_dt
+            eng.schedule(self)
+
+    # -- accounting and commit -------------------------------------------------------------
+
+    def account(self, a: float, b: float, eng: ReplayEngine) -> None:
+        """Add the in-block rates over ``[a, b]`` to the open window."""
+        d = b - a
+        if d <= 0.0:
+            return
+        acc = eng.acc
+        st = self.p_st
+        w = d / self.p_dt
+        acc.busy += d
+        acc.batch += self.p_run * d
+        acc.kv += self.p_kv / self.cap * d
+        acc.compute += st[1] * w
+        acc.memory += st[2] * w
+        acc.comm += st[3] * w
+        acc.bubble += st[4] * w
+        acc.overhead += st[5] * w
+        if self.p_pref:
+            acc.prefill += d
+
+    def close_window(self, until: float, eng: ReplayEngine) -> None:
+        """Account the part of the block in progress that lies before ``until``."""
+        if self.p_on and self.p_s < until:
+            self.account(max(self.p_s, self.p_acc), until, eng)
+            kacc = int((until - self.p_s) / self.p_dt)
+            if kacc > self.p_k:
+                kacc = self.p_k
+            eng.acc.tokens += self.p_n * (kacc - self.p_kacc)
+            self.p_kacc = kacc
+            self.p_acc = until
+
+    def commit(self, eng: ReplayEngine) -> None:
+        """Apply the block ending at ``p_e``: tokens, first tokens, finishes."""
+        e = self.p_e
+        self.account(max(self.p_s, self.p_acc), e, eng)
+        acc = eng.acc
+        acc.tokens += self.p_n * (self.p_k - self.p_kacc)
+        self.it += self.p_k
+        it = self.it
+        running = self.running
+        heap = self.heap
+        while heap and heap[0][0] <= it:
+            _, ver, seq = heapq.heappop(heap)
+            if seq.hv != ver:
+                continue
+            seq.hv = -1
+            seq.gen = seq.out
+            del running[seq.uid]
+            self.n_dec -= 1
+            self.s_dec -= seq.off
+            eng.on_finish(seq, e)
+        if self.p_pref:
+            keep: list[_Seq] = []
+            for seq in self.prefilling:
+                c = seq.chunk
+                if c:
+                    seq.chunk = 0
+                    seq.done += c
+                    if seq.done >= seq.target:
+                        self.used_pre -= seq.target + 1
+                        seq.gen += 1  # the last prefill slice samples a token
+                        acc.tokens += 1
+                        if seq.first < 0.0:
+                            seq.first = e
+                            acc.ttft.append((e - seq.arrival) * 1e3)
+                        if seq.gen >= seq.out:
+                            del running[seq.uid]
+                            eng.on_finish(seq, e)
+                        else:
+                            seq.j = it
+                            seq.off = seq.inp + seq.gen - it
+                            self.s_dec += seq.off
+                            self.n_dec += 1
+                            ver = eng.next_version()
+                            seq.hv = ver
+                            heapq.heappush(heap, (it + seq.out - seq.gen, ver, seq))
+                        continue
+                keep.append(seq)
+            self.prefilling = keep
+        self.p_on = False
+
+    def evacuate(self, now: float, eng: ReplayEngine) -> list[_Seq]:
+        """Remove every request (replica lost at ``now``), keeping tokens already generated.
+
+        Decode iterations of the current block that completed by ``now`` are committed first;
+        a half-done prefill is lost.
+        """
+        if self.p_on:
+            if not self.p_pref:
+                k = int((now - self.p_s) / self.p_dt)
+                if 0 < k < self.p_k:
+                    self.p_k = k
+                    self.p_e = self.p_s + k * self.p_dt
+                    self.commit(eng)
+            self.p_on = False
+        out: list[_Seq] = []
+        it = self.it
+        for seq in self.running.values():
+            if seq.hv >= 0:
+                seq.gen += it - seq.j
+                seq.hv = -1
+            seq.target = seq.inp + seq.gen
+            seq.done = 0
+            seq.chunk = 0
+            out.append(seq)
+        out.extend(self.waiting)
+        self.running.clear()
+        self.waiting.clear()
+        self.prefilling.clear()
+        self.heap.clear()
+        self.n_dec = self.s_dec = self.used_pre = 0
+        return out
