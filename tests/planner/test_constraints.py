@@ -20,6 +20,7 @@ from koi.types import (
     ClusterSnapshot,
     Config,
     Job,
+    Ladder,
     LengthDist,
     Mediators,
     Observation,
@@ -30,7 +31,6 @@ from koi.types import (
     Rank,
     ServingTarget,
     WorkloadProfile,
-    Ladder,
 )
 
 from ._world import CATALOG
