@@ -16,7 +16,12 @@ from koi.errors import KoiError
 __all__ = ["main"]
 
 # Sub-command modules, in the order ``koi --help`` lists them.
-_COMMANDS: tuple[str, ...] = ("koi.cli._catalog",)
+_COMMANDS: tuple[str, ...] = (
+    "koi.cli._catalog",
+    "koi.cli._predict",
+    "koi.cli._plan",
+    "koi.cli._scenarios",
+)
 
 
 def _version() -> str:

@@ -156,13 +156,22 @@ def _usage(
 
 
 def _dominated(
-    value: FloatArray, feats: FloatArray, covers: list[frozenset[Hashable]], fixed: BoolArray
+    value: FloatArray,
+    feats: FloatArray,
+    covers: list[frozenset[Hashable]],
+    fixed: BoolArray,
+    can_dominate: BoolArray,
 ) -> BoolArray:
-    """Candidates of one job beaten (or tied, later index) by another on every count."""
+    """Candidates of one job beaten (or tied, later index) by another on every count.
+
+    ``can_dominate`` is False for a deferral that reserves pools under the priority rule:
+    deferring such a job has a side effect (it blocks lower-priority jobs) that the features
+    do not capture, so it must not prune the job's placements.
+    """
     k = len(value)
     le = np.all(feats[:, None, :] <= feats[None, :, :], axis=2)  # le[a, b]: a uses <= b
     ge_v = value[:, None] >= value[None, :]
-    beats = le & ge_v
+    beats = le & ge_v & can_dominate[:, None]
     np.fill_diagonal(beats, val=False)
     out = np.zeros(k, dtype=bool)
     for b in np.flatnonzero(beats.any(axis=0) & ~fixed):
@@ -224,6 +233,7 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
     # Priority rule: a job with a defer candidate and a feasible non-defer candidate reserves
     # the pools its feasible candidates take while it is deferred.
     protected: dict[tuple[int, int], list[int]] = defaultdict(list)
+    reserving: set[str] = set()
     for i, job in enumerate(job_ids):
         cands = by_job[job]
         if not any(c.kind is ActionKind.DEFER for c in cands):
@@ -238,6 +248,8 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
                 needed.update(takes[job][r])
         for p in needed:
             protected[(p, prio_of[job])].append(i)
+        if needed:
+            reserving.add(job)
 
     # Dominance pruning inside each job (exact: never removes a unique optimum).
     kept: list[Candidate] = []
@@ -266,8 +278,15 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
                 ]
             )
             fixed = np.array([c.kind in (ActionKind.DEFER, ActionKind.KEEP) for c in cands])
+            can_dominate = np.array(
+                [not (job in reserving and c.kind is ActionKind.DEFER) for c in cands]
+            )
             drop = _dominated(
-                np.array([c.value for c in cands]), feats, [c.covers for c in cands], fixed
+                np.array([c.value for c in cands]),
+                feats,
+                [c.covers for c in cands],
+                fixed,
+                can_dominate,
             )
         for r, c in enumerate(cands):
             if drop[r]:

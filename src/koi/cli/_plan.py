@@ -1,0 +1,116 @@
+"""``koi plan SNAPSHOT.json``: an advisory plan for one snapshot, with the reasons."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from koi.errors import InvalidInput
+from koi.types import ClusterSnapshot, Ladder, from_json, to_data
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="advisory plan for a cluster snapshot",
+        description=(
+            "Plan one tick for the snapshot in SNAPSHOT.json (the JSON form of "
+            "koi.types.ClusterSnapshot) and explain every decision. Nothing is launched."
+        ),
+    )
+    p.add_argument("snapshot", type=Path, metavar="SNAPSHOT.json")
+    p.add_argument("--state", type=Path, default=None, help="planner checkpoint to resume")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=_run)
+
+
+def _ladder_text(ladder: Ladder) -> str:
+    if ladder.is_empty:
+        return "-"
+    parts = []
+    for r in ladder.ranks:
+        c = r.chain.config
+        parts.append(
+            f"{r.replicas}x {r.chain.environment.id} tp{c.tp} pp{c.pp} {c.quant.value} "
+            f"batch{c.max_batch_size}"
+        )
+    return " + ".join(parts)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from koi.planner import Planner
+
+    try:
+        text = args.snapshot.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"{args.snapshot}: cannot read ({exc.strerror})") from None
+    snapshot = from_json(text, ClusterSnapshot, where=str(args.snapshot))
+    planner = Planner(state_path=args.state)
+    result = planner.tick(snapshot)
+    explained = []
+    for action in result.plan.actions:
+        candidates = result.candidates_for(action.job_id)
+        chosen = next((c for c in candidates if c.chosen), None)
+        runner_up = next((c for c in candidates if not c.chosen and not c.rejected), None)
+        rejected = [c for c in candidates if c.rejected]
+        explained.append(
+            {
+                "job_id": action.job_id,
+                "action": action.kind.value,
+                "ladder": to_data(action.ladder),
+                "ladder_text": _ladder_text(action.ladder),
+                "predicted": to_data(chosen.outcomes) if chosen and chosen.outcomes else None,
+                "value": chosen.value if chosen else None,
+                "breach_probability": chosen.breach_probability if chosen else None,
+                "runner_up": None
+                if runner_up is None
+                else {
+                    "ladder_text": _ladder_text(runner_up.ladder),
+                    "value": runner_up.value,
+                    "lost_by": (chosen.value - runner_up.value) if chosen else None,
+                },
+                "rejected": [
+                    {"ladder_text": _ladder_text(c.ladder), "why": c.rejected} for c in rejected[:5]
+                ],
+                "reason": action.reason,
+            }
+        )
+    out = {
+        "time_s": snapshot.time_s,
+        "selector": result.selector_status,
+        "gap": result.gap,
+        "binding": list(result.binding),
+        "knobs": dict(result.knobs),
+        "errors": list(result.errors),
+        "jobs": explained,
+    }
+    if args.json:
+        print(json.dumps(out, indent=2, default=str))
+        return 0
+    print(
+        f"plan at t={snapshot.time_s:.0f}s  selector={result.selector_status}  gap={result.gap:.4f}"
+    )
+    if result.binding:
+        print(f"binding constraints: {', '.join(result.binding)}")
+    for job in explained:
+        print(f"\n{job['job_id']}: {job['action']}  {job['ladder_text']}")
+        if job["predicted"]:
+            p = job["predicted"]
+            print(
+                f"  predicted: TTFT p99 {p['p99_ttft_ms']:.0f} ms, "
+                f"TPOT p99 {p['p99_tpot_ms']:.1f} ms, "
+                f"{p['throughput_tok_s']:.0f} tok/s, ${p['cost_per_mtok_usd']:.3f}/Mtok, "
+                f"breach p {job['breach_probability']:.2f}"
+            )
+        ru = job["runner_up"]
+        if ru:
+            print(f"  runner-up: {ru['ladder_text']} (lost by {ru['lost_by']:.3f} score)")
+        for rej in job["rejected"][:2]:
+            print(f"  rejected: {rej['ladder_text']}: {rej['why']}")
+    for e in result.errors:
+        print(f"warning: {e}")
+    return 0

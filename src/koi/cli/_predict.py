@@ -1,0 +1,117 @@
+"""``koi predict``: latency, throughput, memory and mediators of one deployment under one load."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from koi.errors import InvalidInput
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "predict",
+        help="predict TTFT, TPOT, throughput and mediators of one deployment",
+        description=(
+            "Predict one deployment (replicas x tp x pp GPUs) serving fixed-length requests at "
+            "an open-loop rate or a closed-loop concurrency.  Prices come from the cheapest "
+            "catalog instance selling the GPU unless --price-per-gpu-h is given."
+        ),
+    )
+    p.add_argument("--model", required=True, help="catalog model name, e.g. Llama-3.1-8B")
+    p.add_argument("--gpu", required=True, help="catalog GPU name, e.g. H100-SXM")
+    p.add_argument("--tp", type=int, required=True, help="tensor parallel degree")
+    p.add_argument("--pp", type=int, default=1, help="pipeline parallel degree (default 1)")
+    p.add_argument("--quant", choices=["bf16", "fp8", "int4"], default="bf16")
+    p.add_argument("--engine", default="vllm", help="serving engine (vllm, sglang, trtllm)")
+    p.add_argument("--max-batch", type=int, default=256, help="max running sequences")
+    p.add_argument("--max-batched-tokens", type=int, default=8192, help="tokens per iteration")
+    p.add_argument("--replicas", type=int, default=1)
+    p.add_argument("--isl", type=int, required=True, help="input tokens per request")
+    p.add_argument("--osl", type=int, required=True, help="output tokens per request")
+    load = p.add_mutually_exclusive_group(required=True)
+    load.add_argument("--rate", type=float, help="requests per second (open loop, Poisson)")
+    load.add_argument("--concurrency", type=int, help="requests in flight (closed loop)")
+    p.add_argument("--price-per-gpu-h", type=float, default=None, help="USD per GPU-hour")
+    p.add_argument("--analytic", action="store_true", help="closed form only, no replay")
+    p.add_argument(
+        "--backend",
+        choices=["builtin", "aic"],
+        default="builtin",
+        help="step times: built-in operator model, or aiconfigurator-core data (extra 'aic')",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_run)
+
+
+def _price(catalog: Any, gpu: str, given: float | None) -> float | None:
+    if given is not None:
+        return given
+    try:
+        price: float = catalog.cheapest_usd_per_gpu_h(gpu, markets=["on_demand"])
+    except InvalidInput:
+        return None
+    return price
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None  # JSON has no infinity
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    return x
+
+
+def _run(args: argparse.Namespace) -> int:
+    from koi.catalog import load_catalog
+    from koi.surrogate import AicProfiles, SurrogateConfig, predict_serving
+    from koi.types import Config
+
+    catalog = load_catalog()
+    cfg = SurrogateConfig(use_replay=not args.analytic)
+    gpu = catalog.gpu(args.gpu)
+    model = catalog.model(args.model)
+    config = Config(
+        engine=args.engine,
+        tp=args.tp,
+        pp=args.pp,
+        quant=args.quant,
+        max_batch_size=args.max_batch,
+        max_batched_tokens=args.max_batched_tokens,
+    )
+    pred = predict_serving(
+        gpu,
+        model,
+        config,
+        isl=args.isl,
+        osl=args.osl,
+        replicas=args.replicas,
+        rate_rps=args.rate,
+        concurrency=args.concurrency,
+        price_usd_per_gpu_h=_price(catalog, gpu.name, args.price_per_gpu_h),
+        cfg=cfg,
+        profiles=AicProfiles(cfg) if args.backend == "aic" else None,
+        candidates=catalog.models.values(),
+    )
+    data = _finite(pred.to_dict())
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=True))
+        return 0
+    if not pred.feasible:
+        print(f"infeasible: {pred.reason}")
+        return 0
+    print(f"{model.name} on {args.replicas} x {config.gpus} x {gpu.name} ({config.quant.value})")
+    if pred.substituted_from:
+        print(f"  (profile of {pred.substituted_from}, rescaled: nearest architecture)")
+    for key in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "throughput_tok_s"):
+        print(f"  {key:<20} {data[key]:>12.2f}")
+    print(f"  {'kv_capacity_tokens':<20} {pred.kv_capacity_tokens:>12d}")
+    if pred.cost_per_mtok_usd is not None:
+        print(f"  {'cost_per_mtok_usd':<20} {pred.cost_per_mtok_usd:>12.4f}")
+    for key, value in sorted(pred.mediators.items()):
+        print(f"  {key:<20} {value:>12.4f}")
+    return 0
