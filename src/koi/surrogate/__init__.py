@@ -1,0 +1,43 @@
+"""The deterministic surrogate (paper §2.3, DESIGN §9): operator-level step times, memory and
+feasibility (C2), replay-based serving predictions, corrections and substitution.
+"""
+
+from __future__ import annotations
+
+from koi.surrogate._aic import AicProfiles, aic_available
+from koi.surrogate._config import Efficiency, EngineOverhead, SurrogateConfig
+from koi.surrogate._correct import RankCorrection, ScaledStepModel
+from koi.surrogate._memory import Feasibility, feasibility
+from koi.surrogate._operator import OperatorModel
+from koi.surrogate._point import ServingPrediction, predict_serving
+from koi.surrogate._predict import Prediction, RankPrediction, Surrogate
+from koi.surrogate._substitute import (
+    ProfileSource,
+    Substitution,
+    architecture_distance,
+    nearest_architecture,
+    select_step_model,
+)
+
+__all__ = [
+    "AicProfiles",
+    "Efficiency",
+    "EngineOverhead",
+    "Feasibility",
+    "OperatorModel",
+    "Prediction",
+    "ProfileSource",
+    "RankCorrection",
+    "RankPrediction",
+    "ScaledStepModel",
+    "ServingPrediction",
+    "Substitution",
+    "Surrogate",
+    "SurrogateConfig",
+    "aic_available",
+    "architecture_distance",
+    "feasibility",
+    "nearest_architecture",
+    "predict_serving",
+    "select_step_model",
+]

@@ -52,18 +52,19 @@ def _link_latency(value: Any) -> tuple[tuple[str, float], ...]:
     return tuple(sorted((str(k), float(v)) for k, v in items))
 
 
-# Fitted on the fit split of tests/surrogate/data/measurements.csv (docs/surrogate.md, "Fit").
+# NVIDIA: engineering priors, checked on the fit split; AMD: grid-fitted on the fit split's
+# MI300X rows (tests/surrogate/data/measurements.csv; docs/surrogate.md, "Constants").
 _VENDORS = {
     "nvidia": Efficiency(gemm=0.62, gemm_half_tokens=48.0, attention=0.42, memory=0.82, link=0.7),
-    "amd": Efficiency(gemm=0.45, gemm_half_tokens=96.0, attention=0.3, memory=0.7, link=0.6),
+    "amd": Efficiency(gemm=0.35, gemm_half_tokens=96.0, attention=0.3, memory=0.55, link=0.6),
 }
 _ENGINES = {
     "vllm": EngineOverhead(base_ms=1.2, per_seq_ms=0.012),
     "sglang": EngineOverhead(base_ms=1.0, per_seq_ms=0.01),
     "trtllm": EngineOverhead(base_ms=0.6, per_seq_ms=0.006),
 }
-# Per all-reduce latency (µs): NVLink/NVSwitch ~10 µs, Infinity Fabric ~15 µs, PCIe P2P ~35 µs.
-_LINK_LATENCY_US = {"nvlink": 10.0, "infinity_fabric": 15.0, "pcie": 35.0, "internode": 40.0}
+# Per all-reduce latency (µs): NVLink/NVSwitch ~8 µs, Infinity Fabric ~12 µs, PCIe ~60 µs.
+_LINK_LATENCY_US = {"nvlink": 8.0, "infinity_fabric": 12.0, "pcie": 60.0, "internode": 40.0}
 
 
 @attrs.frozen
@@ -97,11 +98,26 @@ class SurrogateConfig:
     reference_seq_tokens: int = attrs.field(default=2048, validator=positive_int)
     # Pipeline parallelism: stage imbalance share of the per-stage time.
     pp_imbalance: float = attrs.field(default=0.08, validator=fraction)
+    # INT4 weights run W4A16 / W4A8 kernels in serving engines, not INT4 tensor-core math;
+    # set True to credit the GPU's INT4 TFLOPS (W4A4 kernels).
+    int4_activations: bool = False
+    # Closed loop with fixed lengths: weight of the lock-step limit (log-space blend with the
+    # fully dispersed limit).  Chosen by inspection; see docs/surrogate.md, "Accuracy".
+    closed_loop_sync_weight: float = attrs.field(default=0.5, validator=fraction)
     # Prediction.
-    replay_horizon_s: float = attrs.field(default=60.0, validator=positive)
-    replay_min_requests: int = attrs.field(default=200, validator=positive_int)
-    replay_max_requests: int = attrs.field(default=2000, validator=positive_int)
+    replay_horizon_s: float = attrs.field(default=30.0, validator=positive)
+    replay_min_requests: int = attrs.field(default=300, validator=positive_int)
+    replay_max_requests: int = attrs.field(default=1500, validator=positive_int)
     use_replay: bool = True
+    # Ladders whose closed-form SLO margin is below this are clearly infeasible or overloaded:
+    # they keep the screen's prediction and skip the replay (the "short list" rule).
+    replay_min_margin: float = -0.5
+    # A rank of n replicas is replayed with min(n, replay_max_replicas) replicas at the same
+    # per-replica load (routing pools a few replicas; more add little and cost linearly).
+    replay_max_replicas: int = attrs.field(default=2, validator=positive_int)
+    # Per-replica request rates are snapped to a log grid of this relative step, so ranks that
+    # recur across ladders with nearly the same share reuse one replay.
+    rate_bucket: float = attrs.field(default=0.05, validator=fraction)
     min_slo_margin: float = attrs.field(default=-10.0)
     cache_size: int = attrs.field(default=65536, validator=positive_int)
     seed: int = 0

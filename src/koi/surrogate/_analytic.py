@@ -1,0 +1,364 @@
+"""Closed-form serving estimate of one rank: the fast screen and the no-replay fallback.
+
+A fluid model of continuous batching: the running batch ``B`` solves ``B = λ·O·s(B)`` (Little's
+law over the decode phase), where the step time ``s`` includes the prefill tokens arriving per
+step (``λ·I·s``).  Queueing delay comes from an M/M/1-like wait on the bottleneck utilisation;
+overload makes the p99 TTFT the age of the queue after the horizon.
+"""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from koi.surrogate.replay._step import StepTime, StepTimeModel
+from koi.types import LengthDist
+
+__all__ = [
+    "RankLoad",
+    "ServingEstimate",
+    "capacity_tok_s",
+    "estimate_closed_loop",
+    "estimate_open_loop",
+    "quantile",
+]
+
+_Z99 = 2.3263478740408408  # standard normal 0.99 quantile
+_LN100 = math.log(100.0)
+
+
+def quantile(dist: LengthDist, q: float) -> float:
+    """Quantile of the truncated log-normal length distribution (``q`` in (0, 1))."""
+    if dist.cv <= 0:
+        return min(dist.mean, dist.max)
+    sigma2 = math.log1p(dist.cv**2)
+    mu = math.log(dist.mean) - sigma2 / 2.0
+    z = _Z99 if q == 0.99 else (0.0 if q == 0.5 else _inv_norm(q))
+    return float(min(max(math.exp(mu + z * math.sqrt(sigma2)), 1.0), dist.max))
+
+
+def _inv_norm(q: float) -> float:
+    # Acklam-free: bisection on erf is plenty for the few quantiles used here.
+    lo, hi = -8.0, 8.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if 0.5 * math.erfc(-mid / math.sqrt(2)) < q:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@attrs.frozen
+class RankLoad:
+    """What one replica serves: its step model, limits and request shape."""
+
+    step_model: StepTimeModel
+    kv_capacity_tokens: int
+    max_batch_size: int
+    max_batched_tokens: int
+    input_len: LengthDist
+    output_len: LengthDist
+    sync_weight: float = 0.5
+
+
+@attrs.frozen
+class ServingEstimate:
+    """Per-replica serving estimate (latencies in ms, throughput in output tokens/s)."""
+
+    p50_ttft_ms: float
+    p99_ttft_ms: float
+    p50_tpot_ms: float
+    p99_tpot_ms: float
+    throughput_tok_s: float
+    capacity_tok_s: float
+    utilization: float
+    mean_batch: float
+    queue_depth: float
+    kv_cache_util: float
+    preemption_rate: float
+    prefill_share: float
+    busy_fraction: float
+    step: StepTime
+
+
+def _step(load: RankLoad, prefill: float, seqs: float, ctx_per_seq: float, inp: float) -> StepTime:
+    pairs = prefill * inp / 2.0  # a prompt of I tokens has I²/2 causal pairs
+    return load.step_model.step(
+        prefill_tokens=round(prefill),
+        prefill_pairs=pairs,
+        decode_seqs=round(seqs),
+        decode_context_tokens=round(seqs * ctx_per_seq),
+    )
+
+
+def _max_batch(load: RankLoad, ctx: float) -> float:
+    return float(max(min(load.max_batch_size, load.kv_capacity_tokens / max(ctx, 1.0)), 1.0))
+
+
+@attrs.frozen
+class _Mix:
+    """Iterations of one replica at request rate ``rate`` with ``seqs`` decoding sequences.
+
+    A share ``p`` of the iterations carries a prefill chunk (``chunks`` per prompt, each
+    adding ``delta`` seconds to the decode-only step ``dec``); when prompts arrive faster than
+    one chunk per iteration every iteration carries prefill tokens (fluid regime).
+    """
+
+    mean: StepTime
+    dec: StepTime
+    chunk: StepTime
+    chunks: int
+    p: float
+
+    @property
+    def delta(self) -> float:
+        return max(self.chunk.time_s - self.dec.time_s, 0.0)
+
+
+def _blend(a: StepTime, b: StepTime, p: float) -> StepTime:
+    return StepTime(
+        compute_s=(1 - p) * a.compute_s + p * b.compute_s,
+        memory_s=(1 - p) * a.memory_s + p * b.memory_s,
+        comm_s=(1 - p) * a.comm_s + p * b.comm_s,
+        bubble_s=(1 - p) * a.bubble_s + p * b.bubble_s,
+        overhead_s=(1 - p) * a.overhead_s + p * b.overhead_s,
+    )
+
+
+def _mix(load: RankLoad, rate: float, seqs: float, ctx: float, inp: float) -> _Mix:
+    budget = max(load.max_batched_tokens - seqs, 1.0)
+    chunks = max(math.ceil(inp / budget), 1)
+    size = inp / chunks
+    dec = _step(load, 0.0, seqs, ctx, inp)
+    chunk = load.step_model.step(
+        prefill_tokens=round(size),
+        prefill_pairs=size * inp / 2.0,
+        decode_seqs=round(seqs),
+        decode_context_tokens=round(seqs * ctx),
+    )
+    delta = max(chunk.time_s - dec.time_s, 0.0)
+    load_per_step = rate * chunks * delta
+    if load_per_step < 1.0:
+        s_bar = dec.time_s / (1.0 - load_per_step)
+        p = rate * chunks * s_bar
+        if p <= 1.0:
+            return _Mix(_blend(dec, chunk, p), dec, chunk, chunks, p)
+    # Fluid regime: every iteration carries rate·I·s prefill tokens (capped by the budget).
+    s = chunk
+    for _ in range(20):
+        s = _step(load, min(rate * inp * s.time_s, budget), seqs, ctx, inp)
+    return _Mix(s, dec, chunk, chunks, 1.0)
+
+
+def _capacity(load: RankLoad, inp: float, out: float) -> tuple[float, float, _Mix]:
+    """Saturation (batch, output tok/s, iteration mix) of one replica."""
+    ctx = inp + out / 2.0
+    b = _max_batch(load, ctx)
+    mix = _mix(load, 0.0, b, ctx, inp)
+    for _ in range(8):  # requests finish at b / (O·s) per second and each brings I prompt tokens
+        mix = _mix(load, b / (out * mix.mean.time_s), b, ctx, inp)
+    return b, b / mix.mean.time_s, mix
+
+
+def capacity_tok_s(load: RankLoad) -> float:
+    """Saturation output tokens per second of one replica (KV- or batch-limited)."""
+    return _capacity(load, load.input_len.mean, load.output_len.mean)[1]
+
+
+def _ttft(mix: _Mix, q_wait: float) -> tuple[float, float]:
+    """(median, mean wait) time to first token: own chunks, the step in flight, prefill queue."""
+    service = mix.chunks * mix.chunk.time_s
+    u = min(mix.p, 0.98)
+    wait = service * u / (2.0 * (1.0 - u)) + q_wait
+    return service + 0.5 * mix.mean.time_s + wait, wait
+
+
+def estimate_open_loop(load: RankLoad, rate_rps: float, horizon_s: float) -> ServingEstimate:
+    """Steady state of one replica fed ``rate_rps`` requests per second (Poisson-like)."""
+    inp, out = load.input_len.mean, load.output_len.mean
+    ctx = inp + out / 2.0
+    b_max, cap, sat = _capacity(load, inp, out)
+    offered = rate_rps * out
+    rho = offered / cap
+    if rho >= 1.0:
+        b, mix = b_max, sat
+    else:
+        lo, hi = 0.0, b_max
+        for _ in range(30):  # bisection on B = λ·O·s(B)
+            mid = (lo + hi) / 2
+            if rate_rps * out * _mix(load, rate_rps, mid, ctx, inp).mean.time_s > mid:
+                lo = mid
+            else:
+                hi = mid
+        b = hi
+        mix = _mix(load, rate_rps, b, ctx, inp)
+    # Waiting for a batch slot once the replica nears saturation (M/M/1-like on ρ).
+    r = min(rho, 0.98)
+    slot_wait = mix.mean.time_s * r / (1.0 - r) if rho > 0.5 else 0.0
+    ttft50, wait = _ttft(mix, slot_wait)
+    mix99 = _mix(
+        RankLoad(
+            load.step_model,
+            load.kv_capacity_tokens,
+            load.max_batch_size,
+            load.max_batched_tokens,
+            load.input_len,
+            load.output_len,
+        ),
+        rate_rps,
+        b,
+        ctx,
+        quantile(load.input_len, 0.99),
+    )
+    ttft99 = mix99.chunks * mix99.chunk.time_s + mix.mean.time_s + wait * _LN100 / math.log(2.0)
+    queue = rate_rps * wait
+    if rho >= 1.0:
+        # The queue grows for the whole horizon: the p99 request waits ~ (1 - 1/ρ)·H.
+        backlog_age = (1.0 - 1.0 / rho) * horizon_s
+        ttft50 += 0.5 * backlog_age
+        ttft99 += 0.99 * backlog_age
+        queue = (rate_rps - cap / out) * horizon_s / 2.0
+    tpot50, tpot99 = _tpot(load, mix, out)
+    busy = 1.0 - math.exp(-(b + rate_rps * ttft50))
+    return ServingEstimate(
+        p50_ttft_ms=ttft50 * 1e3,
+        p99_ttft_ms=max(ttft99, ttft50) * 1e3,
+        p50_tpot_ms=tpot50 * 1e3,
+        p99_tpot_ms=tpot99 * 1e3,
+        throughput_tok_s=min(offered, cap),
+        capacity_tok_s=cap,
+        utilization=min(rho, 1.0),
+        mean_batch=b,
+        queue_depth=max(queue, 0.0),
+        kv_cache_util=min(b * ctx / max(load.kv_capacity_tokens, 1), 1.0),
+        preemption_rate=_preemptions(load, b, ctx, out, mix.mean.time_s),
+        prefill_share=_prefill_share(mix),
+        busy_fraction=min(busy, 1.0),
+        step=mix.mean,
+    )
+
+
+def estimate_closed_loop(load: RankLoad, concurrency: float) -> ServingEstimate:
+    """Steady state of one replica that always has ``concurrency`` requests in flight."""
+    inp, out = load.input_len.mean, load.output_len.mean
+    ctx = inp + out / 2.0
+    b_max, cap, _ = _capacity(load, inp, out)
+    n_run = min(concurrency, b_max)
+    if load.input_len.cv == 0 and load.output_len.cv == 0:
+        return _closed_loop_waves(load, concurrency, n_run, cap)
+    decoding = n_run
+    mix = _mix(load, 0.0, decoding, ctx, inp)
+    ttft, wait = _ttft(mix, 0.0)
+    rate = n_run / (ttft + (out - 1) * mix.mean.time_s)
+    for _ in range(30):  # fixed point on the iteration mix and the request rate
+        decoding = n_run * (out - 1) * mix.mean.time_s / (ttft + (out - 1) * mix.mean.time_s)
+        mix = _mix(load, rate, max(decoding, 0.0), ctx, inp)
+        ttft, wait = _ttft(mix, 0.0)
+        rate = n_run / (ttft + (out - 1) * mix.mean.time_s)
+    queued = max(concurrency - n_run, 0.0)
+    slot_wait = queued / rate  # Little's law on the requests waiting for a batch slot
+    mix99 = _mix(load, rate, decoding, ctx, quantile(load.input_len, 0.99))
+    ttft99 = mix99.chunks * mix99.chunk.time_s + mix.mean.time_s + wait * _LN100 / math.log(2.0)
+    tpot50, tpot99 = _tpot(load, mix, out)
+    return ServingEstimate(
+        p50_ttft_ms=(ttft + slot_wait) * 1e3,
+        p99_ttft_ms=max(ttft99 + slot_wait, ttft + slot_wait) * 1e3,
+        p50_tpot_ms=tpot50 * 1e3,
+        p99_tpot_ms=tpot99 * 1e3,
+        throughput_tok_s=rate * out,
+        capacity_tok_s=cap,
+        utilization=min(rate * out / cap, 1.0),
+        mean_batch=decoding,
+        queue_depth=queued,
+        kv_cache_util=min(n_run * ctx / max(load.kv_capacity_tokens, 1), 1.0),
+        preemption_rate=_preemptions(load, n_run, ctx, out, mix.mean.time_s),
+        prefill_share=_prefill_share(mix),
+        busy_fraction=1.0,
+        step=mix.mean,
+    )
+
+
+def _closed_loop_waves(
+    load: RankLoad, concurrency: float, n_run: float, cap: float
+) -> ServingEstimate:
+    """Closed loop with fixed lengths: clients that start together stay in lock-step.
+
+    Each cycle prefills the whole wave (``n·I`` tokens in chunks of ``max_batched_tokens``,
+    time ``T_p``), then decodes ``O - 1`` iterations at batch ``n``.  A request's first token
+    comes on average half-way through the wave prefill; early finishers decode alongside the
+    remaining prefill chunks, which lengthens their TPOT.
+    """
+    inp, out = load.input_len.mean, load.output_len.mean
+    ctx = inp + out / 2.0
+    wave = n_run * inp
+    budget = float(load.max_batched_tokens)
+    k = max(math.ceil(wave / budget), 1)
+    size = wave / k
+    chunk = load.step_model.step(
+        prefill_tokens=round(size),
+        prefill_pairs=size * inp / 2.0,
+        decode_seqs=0,
+        decode_context_tokens=0,
+    )
+    t_p = k * chunk.time_s
+    dec = _step(load, 0.0, n_run, ctx, inp)
+    lockstep = t_p * (1.0 + 1.0 / k) / 2.0
+    dispersed, _ = _ttft(_mix(load, 0.0, n_run, ctx, inp), 0.0)
+    # Real clients drift out of lock-step; blend the two limits in log space.
+    w = load.sync_weight
+    ttft = lockstep**w * dispersed ** (1.0 - w)
+    extra = t_p * (1.0 - 1.0 / k) / 2.0 / max(out - 1.0, 1.0)
+    tpot = dec.time_s + extra
+    cycle = t_p + (out - 1.0) * dec.time_s
+    rate = n_run / cycle
+    slot_wait = max(concurrency - n_run, 0.0) / rate
+    p = t_p / cycle  # share of time spent in prefill iterations
+    mean = _blend(dec, chunk, k * p / (k * p + (out - 1.0) * (1.0 - p)) if cycle > 0 else 0.0)
+    return ServingEstimate(
+        p50_ttft_ms=(ttft + slot_wait) * 1e3,
+        p99_ttft_ms=(max(t_p, ttft) + slot_wait) * 1e3,
+        p50_tpot_ms=tpot * 1e3,
+        p99_tpot_ms=(dec.time_s + 2.0 * extra) * 1e3,
+        throughput_tok_s=rate * out,
+        capacity_tok_s=cap,
+        utilization=min(rate * out / cap, 1.0) if cap > 0 else 1.0,
+        mean_batch=n_run * (1.0 - p),
+        queue_depth=max(concurrency - n_run, 0.0),
+        kv_cache_util=min(n_run * ctx / max(load.kv_capacity_tokens, 1), 1.0),
+        preemption_rate=_preemptions(load, n_run, ctx, out, dec.time_s),
+        prefill_share=min(p, 1.0),
+        busy_fraction=1.0,
+        step=mean,
+    )
+
+
+def _tpot(load: RankLoad, mix: _Mix, out: float) -> tuple[float, float]:
+    """Median and p99 time per output token.
+
+    A request's TPOT is its mean iteration over its decode: ``dec + k·Δ/(O-1)`` with ``k`` the
+    iterations that carried a prefill chunk, binomial(O-1, p) (normal approximation).
+    """
+    n = max(out - 1.0, 1.0)
+    o_short = max(quantile(load.output_len, 0.01) - 1.0, 1.0) if load.output_len.cv > 0 else n
+    p = mix.p
+    p50 = mix.mean.time_s
+    k99 = o_short * p + _Z99 * math.sqrt(o_short * p * (1.0 - p))
+    p99 = mix.dec.time_s + k99 * mix.delta / o_short
+    return p50, max(p99, p50)
+
+
+def _preemptions(load: RankLoad, b: float, ctx: float, out: float, step_s: float) -> float:
+    """KV evictions per second: the share of the batch whose p99 context does not fit."""
+    spread = ctx * (1.0 + _Z99 * load.output_len.cv / 2.0)
+    overflow = b * spread - load.kv_capacity_tokens
+    if overflow <= 0 or b <= 0:
+        return 0.0
+    return overflow / spread / (out * step_s)
+
+
+def _prefill_share(mix: _Mix) -> float:
+    """Share of busy time spent in iterations that carry prefill tokens."""
+    t = mix.mean.time_s
+    return min(max(mix.p * mix.chunk.time_s / t, 0.0), 1.0) if t > 0 else 0.0

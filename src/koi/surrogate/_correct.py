@@ -1,0 +1,102 @@
+"""Residual corrections (DESIGN §4.5.1) and step-model wrappers that apply them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from koi.surrogate.replay._step import StepTime, StepTimeModel
+from koi.types import Mediator, Outcome
+from koi.types._validate import positive
+
+__all__ = ["RankCorrection", "ScaledStepModel"]
+
+
+def _frozen_map(value: Any) -> tuple[tuple[Any, float], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    out = tuple(sorted(((k, float(v)) for k, v in items), key=lambda kv: str(kv[0])))
+    for k, v in out:
+        if not v > 0 or v == float("inf"):
+            raise_invalid(k, v)
+    return out
+
+
+def raise_invalid(key: object, value: float) -> None:
+    from koi.errors import InvalidInput
+
+    raise InvalidInput(f"corrections[{key}]: must be a finite factor > 0, got {value!r}")
+
+
+@attrs.frozen
+class RankCorrection:
+    """Multiplicative residual corrections learned per stratum (observed / predicted).
+
+    ``prefill_time`` and ``decode_time`` scale the step model before the replay, so queueing
+    feels them; ``outcomes`` and ``mediators`` scale the replayed results afterwards.
+    """
+
+    prefill_time: float = attrs.field(default=1.0, validator=positive)
+    decode_time: float = attrs.field(default=1.0, validator=positive)
+    outcomes: tuple[tuple[Outcome, float], ...] = attrs.field(default=(), converter=_frozen_map)
+    mediators: tuple[tuple[Mediator, float], ...] = attrs.field(default=(), converter=_frozen_map)
+
+    @property
+    def is_identity(self) -> bool:
+        return (
+            self.prefill_time == 1.0
+            and self.decode_time == 1.0
+            and all(v == 1.0 for _, v in self.outcomes)
+            and all(v == 1.0 for _, v in self.mediators)
+        )
+
+    def outcome(self, o: Outcome) -> float:
+        return dict(self.outcomes).get(o, 1.0)
+
+    def mediator(self, m: Mediator) -> float:
+        return dict(self.mediators).get(m, 1.0)
+
+
+@attrs.frozen
+class ScaledStepModel:
+    """A step model whose decode part is scaled by ``decode`` and prefill part by ``prefill``.
+
+    A mixed iteration's time ``t = t_dec + Δ`` (``Δ`` what the prefill slice adds) becomes
+    ``decode·t_dec + prefill·Δ``; every component is scaled by the same overall factor.
+    """
+
+    base: StepTimeModel
+    prefill: float = 1.0
+    decode: float = 1.0
+
+    def step(
+        self,
+        *,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepTime:
+        full = self.base.step(
+            prefill_tokens=prefill_tokens,
+            prefill_pairs=prefill_pairs,
+            decode_seqs=decode_seqs,
+            decode_context_tokens=decode_context_tokens,
+        )
+        if self.prefill == self.decode or prefill_tokens == 0:
+            f = self.decode
+        elif decode_seqs == 0:
+            f = self.prefill
+        else:
+            dec = self.base.step(
+                prefill_tokens=0,
+                prefill_pairs=0.0,
+                decode_seqs=decode_seqs,
+                decode_context_tokens=decode_context_tokens,
+            ).time_s
+            t = full.time_s
+            f = (self.decode * dec + self.prefill * max(t - dec, 0.0)) / t if t > 0 else 1.0
+        if f == 1.0:
+            return full
+        return full.scaled(compute=f, memory=f, comm=f, bubble=f, overhead=f)

@@ -1,0 +1,328 @@
+"""Operator-level step-time model of one replica (DESIGN §9.1).
+
+One continuous-batching iteration is the sum of its operators, each bounded by compute or by
+memory with per-vendor efficiencies: dense GEMMs, MoE expert GEMMs, attention, the LM head,
+tensor-parallel all-reduces on the GPU's link, pipeline send/recv and bubbles, and a fixed
+per-step engine overhead.  Everything is a deterministic function of (gpu, model, config, cfg).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cached_property
+
+import attrs
+
+from koi.surrogate._config import Efficiency, SurrogateConfig
+from koi.surrogate.replay._step import StepTime
+from koi.types import Config, GpuSpec, LinkKind, ModelSpec, Quant
+
+__all__ = ["OperatorModel", "model_parameters"]
+
+_TERA = 1e12
+_GIGA = 1e9
+
+
+@attrs.frozen
+class ParameterSplit:
+    """Parameter counts (not billions) of one model, split by how a token touches them."""
+
+    shared_linear: float  # GEMM weights every token multiplies (attention, dense/shared FFN)
+    expert_each: float  # one routed expert's weights over all layers (0 for dense models)
+    experts: int
+    lm_head: float
+    embedding: float
+
+    @property
+    def expert_total(self) -> float:
+        return self.experts * self.expert_each
+
+    @property
+    def stored(self) -> float:
+        """Weights resident on the GPUs."""
+        return self.shared_linear + self.expert_total + self.lm_head + self.embedding
+
+
+def model_parameters(model: ModelSpec) -> ParameterSplit:
+    """Split a model's parameters into shared GEMM weights, experts, LM head and embedding.
+
+    The totals honour the spec's ``params_b`` / ``active_params_b``; the architecture fields
+    only decide the split (a routed expert has ``3 * hidden * expert_intermediate`` weights per
+    layer).  The LM head is counted as untied.
+    """
+    emb = float(model.vocab * model.hidden)
+    total = model.params_b * _GIGA
+    active = model.active_params_b * _GIGA
+    if not model.is_moe:
+        shared = max(total - 2 * emb, 0.5 * total)
+        return ParameterSplit(shared, 0.0, 0, emb, emb)
+    each = 3.0 * model.hidden * model.expert_intermediate * model.layers
+    expert_total = min(model.experts * each, 0.95 * (total - 2 * emb))
+    each = expert_total / model.experts
+    shared = max(active - 2 * emb - model.experts_per_token * each, 0.01 * total)
+    return ParameterSplit(shared, each, model.experts, emb, emb)
+
+
+def _distinct_experts(tokens: float, experts: int, per_token: int) -> float:
+    """Expected number of distinct experts hit by ``tokens`` tokens under uniform routing."""
+    if tokens <= 0:
+        return 0.0
+    miss: float = (1.0 - per_token / experts) ** tokens
+    return experts * (1.0 - miss)
+
+
+@attrs.frozen
+class OperatorModel:
+    """Step times of one replica of ``model`` on ``config.tp * config.pp`` GPUs of type ``gpu``.
+
+    Implements :class:`koi.surrogate.replay.StepTimeModel`.  With ``pp`` stages the engine keeps
+    ``pp`` micro-batches in flight, so one iteration (every running sequence advances one token)
+    lasts ``pp`` stage slots:
+
+    .. math::
+
+        t_{compute} = \\frac{F(T)}{pp\\,tp\\,\\Pi\\,\\eta_g(T/pp)},\\qquad
+        t_{memory} = \\frac{W}{tp\\,B_{hbm}\\eta_m}
+                   + \\frac{K(C)}{pp\\,\\min(tp,h_{kv})\\,B_{hbm}\\eta_m}
+
+    with ``F`` the GEMM+attention FLOPs of the ``T`` tokens, ``W`` the weight bytes read (for
+    MoE only the experts the batch routes to), ``K(C)`` the KV bytes of ``C`` context tokens,
+    ``Π`` the peak of the math format and ``η_g(x) = η·x/(x + x½)`` the small-GEMM ramp.
+    All-reduces follow a ring: ``2 L (λ + 2(tp-1)/tp · T h b / (B_link η_link))``.
+    """
+
+    gpu: GpuSpec
+    model: ModelSpec
+    config: Config
+    cfg: SurrogateConfig = attrs.field(factory=SurrogateConfig, kw_only=True)
+
+    @cached_property
+    def _eff(self) -> Efficiency:
+        return self.cfg.efficiency_for(self.gpu.name, self.gpu.vendor)
+
+    @cached_property
+    def _params(self) -> ParameterSplit:
+        return model_parameters(self.model)
+
+    @cached_property
+    def gemm_peak_flops(self) -> float:
+        """Peak FLOP/s of the GEMM math format the quantization allows on this GPU."""
+        q, g = self.config.quant, self.gpu
+        if q is Quant.INT4 and self.cfg.int4_activations and g.int4_tflops:
+            return g.int4_tflops * _TERA
+        if q in (Quant.FP8, Quant.INT4) and g.fp8_tflops:
+            return g.fp8_tflops * _TERA
+        return g.bf16_tflops * _TERA
+
+    @cached_property
+    def _kv_bytes_per_token(self) -> float:
+        """KV bytes of one context token over all layers, one copy."""
+        m = self.model
+        return 2.0 * m.layers * m.kv_heads * m.head_dim * self.cfg.kv_bytes_per_value
+
+    @cached_property
+    def _kv_shards(self) -> int:
+        # KV heads shard over tp; beyond kv_heads they are replicated, not split further.
+        return min(self.config.tp, self.model.kv_heads)
+
+    @cached_property
+    def _link(self) -> tuple[float, float]:
+        """(bandwidth B/s, latency s) of the link the tensor-parallel group uses."""
+        g = self.gpu
+        if self.config.tp > g.gpus_per_node:
+            return g.internode_gb_s * _GIGA, self.cfg.link_latency_s("internode")
+        return g.link_gb_s * _GIGA, self.cfg.link_latency_s(LinkKind(g.link).value)
+
+    @cached_property
+    def _consts(self) -> tuple[float, ...]:
+        """Scalars of the hot path, computed once per (gpu, model, config, cfg)."""
+        m, c, e, p, g = self.model, self.config, self._eff, self._params, self.gpu
+        hbm = g.hbm_tb_s * _TERA * e.memory
+        bpp = c.quant.bytes_per_param
+        bf16 = g.bf16_tflops * _TERA
+        ov = self.cfg.engine_overhead(c.engine)
+        link_bw, link_lat = self._link
+        multi = c.gpus > g.gpus_per_node
+        pp_bw = (g.internode_gb_s if multi else g.link_gb_s) * _GIGA * e.link
+        pp_lat = self.cfg.link_latency_s("internode" if multi else LinkKind(g.link).value)
+        return (
+            float(c.tp),
+            float(c.pp),
+            e.gemm,
+            e.gemm_half_tokens,
+            self.gemm_peak_flops,
+            p.shared_linear * bpp / (c.tp * hbm),  # dense weight streaming time
+            p.expert_each * bpp / (c.tp * hbm),  # one expert's streaming time
+            4.0 * m.layers * m.heads * m.head_dim / (c.pp * c.tp * bf16 * e.attention),
+            self._kv_bytes_per_token / (c.pp * self._kv_shards * hbm),
+            p.lm_head * 2.0 / (c.tp * hbm),
+            bf16,
+            link_lat * math.ceil(math.log2(c.tp)) if c.tp > 1 else 0.0,
+            2.0 * (c.tp - 1) / c.tp * m.hidden * 2.0 / (link_bw * e.link),
+            pp_lat,
+            m.hidden * 2.0 / pp_bw,
+            ov.base_ms * 1e-3,
+            ov.per_seq_ms * 1e-3,
+        )
+
+    def _parts(
+        self, prefill_tokens: int, prefill_pairs: float, decode_seqs: int, ctx_tokens: int
+    ) -> tuple[tuple[float, float, float, float, float], ...]:
+        """(compute, memory, comm, bubble, overhead) seconds per operation, as plain floats."""
+        m, p = self.model, self._params
+        (
+            tp,
+            pp,
+            g_eff,
+            g_half,
+            peak,
+            w_dense,
+            w_expert,
+            attn_k,
+            kv_k,
+            lm_mem,
+            bf16,
+            ar_lat,
+            ar_byte,
+            pp_lat,
+            pp_byte,
+            ov_base,
+            ov_seq,
+        ) = self._consts
+        tokens = prefill_tokens + decode_seqs
+        micro = tokens / pp  # tokens per micro-batch
+
+        def eff(x: float) -> float:
+            return g_eff * x / (x + g_half) if x > 0 else g_eff
+
+        # Dense GEMMs: every token multiplies the shared weights; weights stream once per slot.
+        gemm = (
+            2.0 * tokens * p.shared_linear / (pp * tp * peak * eff(micro)),
+            w_dense,
+            0.0,
+            0.0,
+            0.0,
+        )
+        # MoE: FLOPs scale with experts per token, bytes with the distinct experts touched.
+        moe = (0.0, 0.0, 0.0, 0.0, 0.0)
+        if m.is_moe and tokens > 0:
+            k = m.experts_per_token
+            touched = _distinct_experts(micro, m.experts, k)
+            per_expert = micro * k / max(touched, 1e-9)
+            moe = (
+                2.0 * tokens * k * p.expert_each / (pp * tp * peak * eff(per_expert)),
+                touched * w_expert,
+                0.0,
+                0.0,
+                0.0,
+            )
+        # Attention in BF16: quadratic prefill pairs, decode reads every context token's KV
+        # (prefill writes its KV once).
+        attention = (
+            attn_k * (prefill_pairs + ctx_tokens),
+            kv_k * (ctx_tokens + prefill_tokens),
+            0.0,
+            0.0,
+            0.0,
+        )
+        # LM head: only sequences that emit a token this step.
+        emitting = decode_seqs + (1 if prefill_tokens else 0)
+        lm_head = (
+            2.0 * emitting * p.lm_head / (tp * bf16 * eff(emitting)) if emitting else 0.0,
+            lm_mem if emitting else 0.0,
+            0.0,
+            0.0,
+            0.0,
+        )
+        # Tensor parallel: two ring all-reduces of the activations per layer per micro-batch.
+        comm = 2.0 * m.layers * (ar_lat + ar_byte * micro) if tp > 1 and tokens > 0 else 0.0
+        allreduce = (0.0, 0.0, comm, 0.0, 0.0)
+        # Pipeline: activations cross pp-1 boundaries per micro-batch; stages are imbalanced.
+        sendrecv = bubble = (0.0, 0.0, 0.0, 0.0, 0.0)
+        if pp > 1 and tokens > 0:
+            sendrecv = (0.0, 0.0, (pp - 1) * (pp_lat + micro * pp_byte), 0.0, 0.0)
+            core = sum(max(x[0], x[1]) for x in (gemm, moe, attention, lm_head))
+            bubble = (0.0, 0.0, 0.0, self.cfg.pp_imbalance * (pp - 1) / pp * core, 0.0)
+        seqs = decode_seqs + (1 if prefill_tokens else 0)
+        overhead = (0.0, 0.0, 0.0, 0.0, ov_base + ov_seq * seqs)
+        return gemm, moe, attention, lm_head, allreduce, sendrecv, bubble, overhead
+
+    def breakdown(
+        self,
+        *,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> dict[str, StepTime]:
+        """Per-operation step time of one iteration (same inputs as :meth:`step`).
+
+        Keys: ``gemm``, ``moe_experts``, ``attention``, ``lm_head``, ``tp_allreduce``,
+        ``pp_sendrecv``, ``pp_bubble``, ``overhead``.
+        """
+        parts = self._parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
+        return {name: StepTime(*x) for name, x in zip(_OPS, parts, strict=True)}
+
+    def step(
+        self,
+        *,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepTime:
+        """Time of one iteration: the components of :meth:`breakdown`, summed.
+
+        The hot path of every replay: the same arithmetic as :meth:`breakdown` (a test checks
+        they agree), summed inline without the per-operation objects.
+        """
+        m, p = self.model, self._params
+        (tp, pp, g_eff, g_half, peak, w_dense, w_expert, attn_k, kv_k, lm_mem, bf16,
+         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq) = self._consts  # fmt: skip
+        tokens = prefill_tokens + decode_seqs
+        micro = tokens / pp
+        eff = g_eff * micro / (micro + g_half) if micro > 0 else g_eff
+        compute = 2.0 * tokens * p.shared_linear / (pp * tp * peak * eff)
+        memory = w_dense
+        core = max(compute, memory)
+        if p.experts and tokens > 0:
+            k = m.experts_per_token
+            touched = _distinct_experts(micro, m.experts, k)
+            x = micro * k / max(touched, 1e-9)
+            c_moe = 2.0 * tokens * k * p.expert_each / (pp * tp * peak * (g_eff * x / (x + g_half)))
+            m_moe = touched * w_expert
+            compute += c_moe
+            memory += m_moe
+            core += max(c_moe, m_moe)
+        c_att = attn_k * (prefill_pairs + decode_context_tokens)
+        m_att = kv_k * (decode_context_tokens + prefill_tokens)
+        compute += c_att
+        memory += m_att
+        core += max(c_att, m_att)
+        emitting = decode_seqs + (1 if prefill_tokens else 0)
+        if emitting:
+            c_lm = (
+                2.0 * emitting * p.lm_head / (tp * bf16 * (g_eff * emitting / (emitting + g_half)))
+            )
+            compute += c_lm
+            memory += lm_mem
+            core += max(c_lm, lm_mem)
+        comm = 2.0 * m.layers * (ar_lat + ar_byte * micro) if tp > 1 and tokens > 0 else 0.0
+        bubble = 0.0
+        if pp > 1 and tokens > 0:
+            comm += (pp - 1) * (pp_lat + micro * pp_byte)
+            bubble = self.cfg.pp_imbalance * (pp - 1) / pp * core
+        overhead = ov_base + ov_seq * emitting
+        return StepTime(compute, memory, comm, bubble, overhead)
+
+
+_OPS = (
+    "gemm",
+    "moe_experts",
+    "attention",
+    "lm_head",
+    "tp_allreduce",
+    "pp_sendrecv",
+    "pp_bubble",
+    "overhead",
+)

@@ -1,0 +1,134 @@
+"""One deployment under one fixed load: what ``koi predict`` prints."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from koi.errors import InvalidInput
+from koi.surrogate._analytic import RankLoad, estimate_closed_loop, estimate_open_loop
+from koi.surrogate._config import SurrogateConfig
+from koi.surrogate._memory import feasibility
+from koi.surrogate._predict import mediators_of, workload_lengths
+from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
+from koi.surrogate._substitute import ProfileSource, select_step_model
+from koi.types import Config, GpuSpec, ModelSpec
+
+__all__ = ["ServingPrediction", "predict_serving"]
+
+
+@attrs.frozen
+class ServingPrediction:
+    """Latency, throughput and mediators of ``replicas`` copies of one chain under one load.
+
+    Latencies in ms; ``throughput_tok_s`` is output tokens per second over all replicas;
+    ``cost_per_mtok_usd`` is None when no price is known.
+    """
+
+    feasible: bool
+    reason: str
+    p50_ttft_ms: float
+    p99_ttft_ms: float
+    p50_tpot_ms: float
+    p99_tpot_ms: float
+    throughput_tok_s: float
+    kv_capacity_tokens: int
+    mediators: dict[str, float]
+    cost_per_mtok_usd: float | None = None
+    weights_gib: float = 0.0
+    substituted_from: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self)
+
+
+def predict_serving(
+    gpu: GpuSpec,
+    model: ModelSpec,
+    config: Config,
+    *,
+    isl: int,
+    osl: int,
+    replicas: int = 1,
+    rate_rps: float | None = None,
+    concurrency: int | None = None,
+    price_usd_per_gpu_h: float | None = None,
+    cfg: SurrogateConfig | None = None,
+    replay: bool | None = None,
+    profiles: ProfileSource | None = None,
+    candidates: Iterable[ModelSpec] = (),
+) -> ServingPrediction:
+    """Predict one deployment at a fixed request shape (``isl`` in, ``osl`` out tokens).
+
+    Exactly one of ``rate_rps`` (open loop, Poisson arrivals) or ``concurrency`` (closed loop,
+    requests in flight over all replicas) must be given.  Infeasible deployments come back with
+    ``feasible=False`` and a reason, never an exception.  With ``profiles`` (e.g. the
+    ``aic`` backend) measured step times are used where covered, with nearest-architecture
+    substitution among ``candidates`` (``substituted_from`` names the stand-in).
+    """
+    cfg = cfg or SurrogateConfig()
+    if (rate_rps is None) == (concurrency is None):
+        raise InvalidInput("load: give exactly one of rate_rps or concurrency")
+    if isl < 1 or osl < 1 or replicas < 1:
+        raise InvalidInput(f"isl, osl, replicas: must be >= 1, got {isl}, {osl}, {replicas}")
+    feas = feasibility(gpu, model, config, cfg=cfg, seq_tokens=isl + osl)
+    if not feas.ok:
+        inf = float("inf")
+        return ServingPrediction(
+            feasible=False,
+            reason=feas.reason,
+            p50_ttft_ms=inf,
+            p99_ttft_ms=inf,
+            p50_tpot_ms=inf,
+            p99_tpot_ms=inf,
+            throughput_tok_s=0.0,
+            kv_capacity_tokens=0,
+            mediators={},
+            weights_gib=feas.weights_gib,
+        )
+    inp, out = workload_lengths(isl, osl)
+    step, substituted = select_step_model(
+        gpu, model, config, profiles=profiles, candidates=candidates, cfg=cfg
+    )
+    load = RankLoad(
+        step,
+        feas.kv_capacity_tokens,
+        config.max_batch_size,
+        config.max_batched_tokens,
+        inp,
+        out,
+        cfg.closed_loop_sync_weight,
+    )
+    use_replay = cfg.use_replay if replay is None else replay
+    if rate_rps is not None:
+        if use_replay:
+            est = replay_open_loop(load, config.routing, replicas, rate_rps, cfg)
+        else:
+            est = estimate_open_loop(load, rate_rps / replicas, cfg.replay_horizon_s)
+    else:
+        assert concurrency is not None
+        if use_replay:
+            est = replay_closed_loop(load, config.routing, replicas, concurrency, cfg)
+        else:
+            est = estimate_closed_loop(load, concurrency / replicas)
+    tput = est.throughput_tok_s * replicas
+    cost = None
+    if price_usd_per_gpu_h is not None and tput > 0:
+        cost = price_usd_per_gpu_h * config.gpus * replicas / 3600.0 / tput * 1e6
+    med = {m.value: v for m, v in mediators_of(est, feas).as_dict().items()}
+    return ServingPrediction(
+        feasible=True,
+        reason="",
+        p50_ttft_ms=est.p50_ttft_ms,
+        p99_ttft_ms=est.p99_ttft_ms,
+        p50_tpot_ms=est.p50_tpot_ms,
+        p99_tpot_ms=est.p99_tpot_ms,
+        throughput_tok_s=tput,
+        kv_capacity_tokens=feas.kv_capacity_tokens,
+        mediators=med,
+        cost_per_mtok_usd=cost,
+        weights_gib=feas.weights_gib,
+        substituted_from=substituted,
+    )

@@ -1,0 +1,551 @@
+"""The surrogate's public API: predict a job's ladder (paper §2.3, DESIGN §9.4)."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import attrs
+
+from koi.errors import InvalidInput
+from koi.surrogate._analytic import (
+    RankLoad,
+    ServingEstimate,
+    capacity_tok_s,
+    estimate_closed_loop,
+    estimate_open_loop,
+)
+from koi.surrogate._config import SurrogateConfig
+from koi.surrogate._correct import RankCorrection, ScaledStepModel
+from koi.surrogate._memory import Feasibility, feasibility
+from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
+from koi.surrogate._substitute import ProfileSource, select_step_model
+from koi.surrogate.replay._step import StepTimeModel
+from koi.types import (
+    Chain,
+    Config,
+    GpuSpec,
+    Job,
+    Ladder,
+    LengthDist,
+    Mediator,
+    Mediators,
+    ModelSpec,
+    Outcome,
+    Outcomes,
+    Rank,
+)
+
+__all__ = ["Prediction", "RankPrediction", "Surrogate"]
+
+_INFEASIBLE_MEDIATORS = Mediators(
+    kv_cache_util=0.0,
+    mean_batch_size=0.0,
+    queue_depth=0.0,
+    mem_bw_util=0.0,
+    compute_util=0.0,
+    comm_share=0.0,
+    bubble_fraction=0.0,
+    preemption_rate=0.0,
+    prefill_share=0.0,
+    memory_pressure=0.0,
+)
+
+
+@attrs.frozen
+class RankPrediction:
+    """What one rank of a ladder would report under its ``traffic_share`` of the job's load."""
+
+    rank: Rank
+    outcomes: Outcomes
+    mediators: Mediators
+    traffic_share: float
+    capacity_tok_s: float
+    p50_ttft_ms: float = 0.0
+    p50_tpot_ms: float = 0.0
+    kv_capacity_tokens: int = 0
+
+
+@attrs.frozen
+class Prediction:
+    """The surrogate's prediction for one job on one ladder.
+
+    ``substituted_from`` names the profiled architecture that stood in for the job's model
+    (nearest-architecture substitution), or is None.
+    """
+
+    feasible: bool
+    reason: str
+    outcomes: Outcomes
+    mediators: Mediators
+    ranks: tuple[RankPrediction, ...] = ()
+    substituted_from: str | None = None
+
+
+def _infeasible(reason: str, min_margin: float) -> Prediction:
+    out = Outcomes(
+        cost_per_mtok_usd=math.inf,
+        p99_ttft_ms=math.inf,
+        p99_tpot_ms=math.inf,
+        throughput_tok_s=0.0,
+        slo_margin=min_margin,
+    )
+    return Prediction(feasible=False, reason=reason, outcomes=out, mediators=_INFEASIBLE_MEDIATORS)
+
+
+def _cost_per_mtok(price_usd_per_h: float, tok_s: float) -> float:
+    return price_usd_per_h / 3600.0 / tok_s * 1e6 if tok_s > 0 else math.inf
+
+
+def _clip(x: float) -> float:
+    return min(max(x, 0.0), 1.0)
+
+
+def mediators_of(est: ServingEstimate, feas: Feasibility) -> Mediators:
+    """Map a serving estimate to the mediators V (shares of the busy iteration time)."""
+    s = est.step
+    t = s.time_s
+    busy = est.busy_fraction
+    return Mediators(
+        kv_cache_util=_clip(est.kv_cache_util),
+        mean_batch_size=max(est.mean_batch, 0.0),
+        queue_depth=max(est.queue_depth, 0.0),
+        mem_bw_util=_clip(busy * s.memory_s / t) if t > 0 else 0.0,
+        compute_util=_clip(busy * s.compute_s / t) if t > 0 else 0.0,
+        comm_share=_clip(s.comm_s / t) if t > 0 else 0.0,
+        bubble_fraction=_clip(s.bubble_s / t) if t > 0 else 0.0,
+        preemption_rate=max(est.preemption_rate, 0.0),
+        prefill_share=_clip(est.prefill_share),
+        memory_pressure=max(feas.memory_pressure, 0.0),
+    )
+
+
+def mixture_quantile(parts: Sequence[tuple[float, float, float]], q: float = 0.99) -> float:
+    """The ``q`` quantile of a mixture of latency distributions.
+
+    Each part is ``(weight, p50, p99)``; above its median a part's tail is taken exponential
+    through its p50 and p99, ``P(T > x) = ½·exp(-(x - p50)·ln 50 / (p99 - p50))``.
+    """
+    live = [(w, a, b) for w, a, b in parts if w > 0]
+    if not live:
+        return 0.0
+    if any(math.isinf(b) for _, _, b in live):
+        return math.inf
+    total = sum(w for w, _, _ in live)
+
+    def tail(x: float) -> float:
+        acc = 0.0
+        for w, p50, p99 in live:
+            if x <= p50:
+                acc += w * (1.0 - 0.5 * x / p50 if p50 > 0 else 0.5)
+            else:
+                scale = max(p99 - p50, 1e-12) / math.log(50.0)
+                acc += w * 0.5 * math.exp(-(x - p50) / scale)
+        return acc / total
+
+    lo, hi = 0.0, max(b for _, _, b in live) * 2.0 + 1e-9
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if tail(mid) > 1.0 - q:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+@attrs.frozen
+class _RankLoad:
+    rank: Rank
+    load: RankLoad
+    feas: Feasibility
+    corr: RankCorrection
+    key: tuple[Any, ...]
+
+
+class Surrogate:
+    """Deterministic predictions of outcomes Y and mediators V for a job on a ladder.
+
+    Online jobs split their rate over ranks in proportion to each rank's saturation capacity
+    (output tokens/s), so every rank runs at the same utilisation; batch jobs run each rank
+    closed-loop at its KV-limited concurrency and share work in proportion to throughput.
+    With ``cfg.use_replay`` p99s come from the replay engine; :meth:`screen` is the closed
+    form.  Results are cached by everything that affects them.
+    """
+
+    def __init__(
+        self,
+        gpus: Mapping[str, GpuSpec],
+        models: Mapping[str, ModelSpec],
+        cfg: SurrogateConfig | None = None,
+        *,
+        profiles: ProfileSource | None = None,
+    ) -> None:
+        self.gpus = dict(gpus)
+        self.models = dict(models)
+        self.cfg = cfg or SurrogateConfig()
+        self.profiles = profiles
+        self._cache: OrderedDict[Any, Prediction] = OrderedDict()
+        self._ranks: OrderedDict[Any, ServingEstimate] = OrderedDict()
+        self._caps: dict[Any, float] = {}
+        self._steps: dict[Any, tuple[StepTimeModel, str | None]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    # ---- chains -------------------------------------------------------------------------
+    def _specs(self, chain: Chain) -> tuple[GpuSpec, ModelSpec]:
+        gpu = self.gpus.get(chain.environment.gpu)
+        if gpu is None:
+            raise InvalidInput(f"chain.environment.gpu: unknown GPU {chain.environment.gpu!r}")
+        model = self.models.get(chain.model)
+        if model is None:
+            raise InvalidInput(f"chain.model: unknown model {chain.model!r}")
+        return gpu, model
+
+    def feasibility(self, chain: Chain, *, seq_tokens: int | None = None) -> Feasibility:
+        """Constraint C2 for one chain (see :func:`koi.surrogate.feasibility`)."""
+        gpu, model = self._specs(chain)
+        return feasibility(
+            gpu, model, chain.config, chain.environment, cfg=self.cfg, seq_tokens=seq_tokens
+        )
+
+    def step_model(
+        self, gpu: GpuSpec, model: ModelSpec, config: Config
+    ) -> tuple[StepTimeModel, str | None]:
+        """The step model for a chain and the architecture substituted for it, if any.
+
+        A measured profile (``profiles``) wins where it covers (gpu, model); where it covers
+        the GPU for other models, the nearest covered architecture stands in, rescaled;
+        elsewhere the built-in operator model is used.
+        """
+        return select_step_model(
+            gpu,
+            model,
+            config,
+            profiles=self.profiles,
+            candidates=self.models.values(),
+            cfg=self.cfg,
+        )
+
+    # ---- prediction ---------------------------------------------------------------------
+    def screen(
+        self,
+        job: Job,
+        ladder: Ladder,
+        *,
+        now_s: float = 0.0,
+        corrections: Callable[[Chain], RankCorrection] | None = None,
+    ) -> Prediction:
+        """Closed-form prediction (no replay): fast enough to screen thousands of ladders."""
+        return self._cached(job, ladder, now_s, corrections, replay=False)
+
+    def predict(
+        self,
+        job: Job,
+        ladder: Ladder,
+        *,
+        now_s: float = 0.0,
+        corrections: Callable[[Chain], RankCorrection] | None = None,
+    ) -> Prediction:
+        """Predict outcomes and mediators of ``job`` on ``ladder`` (replay p99s if enabled)."""
+        return self._cached(job, ladder, now_s, corrections, replay=self.cfg.use_replay)
+
+    def _cached(
+        self,
+        job: Job,
+        ladder: Ladder,
+        now_s: float,
+        corrections: Callable[[Chain], RankCorrection] | None,
+        *,
+        replay: bool,
+    ) -> Prediction:
+        corr = tuple(
+            corrections(r.chain) if corrections else RankCorrection() for r in ladder.ranks
+        )
+        batch_key = (now_s, job.remaining_requests) if not job.is_online else None
+        key = (job.model, job.job_class, job.workload, job.target, batch_key, ladder, corr, replay)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            self.hits += 1
+            return hit
+        self.misses += 1
+        pred = self._predict(job, ladder, now_s, corr, replay=False)
+        if replay and pred.feasible and pred.outcomes.slo_margin >= self.cfg.replay_min_margin:
+            # Only ladders the screen does not already rule out earn a replay.
+            pred = self._predict(job, ladder, now_s, corr, replay=True)
+        self._cache[key] = pred
+        if len(self._cache) > self.cfg.cache_size:
+            self._cache.popitem(last=False)
+        return pred
+
+    def _predict(
+        self,
+        job: Job,
+        ladder: Ladder,
+        now_s: float,
+        corr: tuple[RankCorrection, ...],
+        *,
+        replay: bool,
+    ) -> Prediction:
+        cfg = self.cfg
+        if ladder.is_empty:
+            return _infeasible("empty ladder", cfg.min_slo_margin)
+        w = job.workload
+        seq = max(int(w.input_len.mean + w.output_len.mean), 1)
+        loads: list[_RankLoad] = []
+        substituted: str | None = None
+        for rank, c in zip(ladder.ranks, corr, strict=True):
+            if rank.chain.model != job.model:
+                msg = f"ladder: rank runs {rank.chain.model!r}, job {job.id!r} needs {job.model!r}"
+                raise InvalidInput(msg)
+            feas = self.feasibility(rank.chain, seq_tokens=seq)
+            if not feas.ok:
+                return _infeasible(
+                    f"{rank.chain.environment.id}: {feas.reason}", cfg.min_slo_margin
+                )
+            gpu, model = self._specs(rank.chain)
+            base, sub = self._step_model_cached(gpu, model, rank.chain.config)
+            substituted = substituted or sub
+            step: StepTimeModel = base
+            if c.prefill_time != 1.0 or c.decode_time != 1.0:
+                step = ScaledStepModel(base, prefill=c.prefill_time, decode=c.decode_time)
+            cf = rank.chain.config
+            load = RankLoad(
+                step,
+                feas.kv_capacity_tokens,
+                cf.max_batch_size,
+                cf.max_batched_tokens,
+                w.input_len,
+                w.output_len,
+                cfg.closed_loop_sync_weight,
+            )
+            # Everything a per-replica estimate depends on (the step model is a function of
+            # gpu, model, config and the step corrections).
+            key = (
+                gpu.name,
+                model.name,
+                cf,
+                feas.kv_capacity_tokens,
+                w.input_len,
+                w.output_len,
+                c.prefill_time,
+                c.decode_time,
+            )
+            loads.append(_RankLoad(rank, load, feas, c, key))
+        if job.is_online:
+            ranks = self._online(job, loads, replay=replay)
+        else:
+            ranks = self._batch(job, loads, replay=replay)
+        return self._combine(job, ranks, now_s, substituted)
+
+    def _step_model_cached(
+        self, gpu: GpuSpec, model: ModelSpec, config: Config
+    ) -> tuple[StepTimeModel, str | None]:
+        key = (gpu.name, model.name, config)
+        hit = self._steps.get(key)
+        if hit is None:
+            hit = self._steps[key] = self.step_model(gpu, model, config)
+        return hit
+
+    def _memo(self, key: Any, fn: Callable[[], ServingEstimate]) -> ServingEstimate:
+        hit = self._ranks.get(key)
+        if hit is None:
+            hit = fn()
+            self._ranks[key] = hit
+            if len(self._ranks) > self.cfg.cache_size:
+                self._ranks.popitem(last=False)
+        return hit
+
+    def _bucket(self, rate: float) -> float:
+        """Snap a per-replica rate to the log grid of step ``cfg.rate_bucket``."""
+        step = self.cfg.rate_bucket
+        if step <= 0 or rate <= 0:
+            return rate
+        g = math.log1p(step)
+        return math.exp(round(math.log(rate) / g) * g)
+
+    def _online(self, job: Job, loads: list[_RankLoad], *, replay: bool) -> list[RankPrediction]:
+        cfg, w = self.cfg, job.workload
+        rate = w.rate_rps or 0.0
+        caps = []
+        for r in loads:
+            cap = self._caps.get(r.key)
+            if cap is None:
+                cap = self._caps[r.key] = capacity_tok_s(r.load)
+            caps.append(cap * r.rank.replicas)
+        total = sum(caps)
+        out: list[RankPrediction] = []
+        for r, cap in zip(loads, caps, strict=True):
+            share = cap / total if total > 0 else 1.0 / len(loads)
+            per_replica = self._bucket(rate * share / r.rank.replicas)
+            routing = r.rank.chain.config.routing
+            key: tuple[Any, ...]
+            if replay:
+                m = min(r.rank.replicas, cfg.replay_max_replicas)
+                key = (r.key, "open", m, routing, per_replica, w.arrival, w.gamma_cv)
+                run = partial(
+                    replay_open_loop,
+                    r.load,
+                    routing,
+                    m,
+                    per_replica * m,
+                    cfg,
+                    arrival=w.arrival,
+                    gamma_cv=w.gamma_cv,
+                )
+            else:
+                key = (r.key, "open-screen", per_replica)
+                run = partial(estimate_open_loop, r.load, per_replica, cfg.replay_horizon_s)
+            est = self._memo(key, run)
+            if est.utilization < 0.9:
+                # The bucketed rate only shapes the latencies; below saturation the served
+                # throughput is exactly the rank's share of the offered tokens.
+                exact = rate * share / r.rank.replicas * w.output_len.mean
+                est = attrs.evolve(est, throughput_tok_s=exact)
+            out.append(self._rank_prediction(job, r.rank, est, r.feas, r.corr, share, cap))
+        return out
+
+    def _batch(self, job: Job, loads: list[_RankLoad], *, replay: bool) -> list[RankPrediction]:
+        cfg = self.cfg
+        ests: list[ServingEstimate] = []
+        for r in loads:
+            conc = max(r.feas.max_seqs, 1)
+            key: tuple[Any, ...]
+            if replay:
+                m = min(r.rank.replicas, cfg.replay_max_replicas)
+                routing = r.rank.chain.config.routing
+                key = (r.key, "closed", m, routing, conc)
+                run = partial(replay_closed_loop, r.load, routing, m, conc * m, cfg)
+            else:
+                key = (r.key, "closed-screen", conc)
+                run = partial(estimate_closed_loop, r.load, conc)
+            ests.append(self._memo(key, run))
+        total = sum(e.throughput_tok_s * r.rank.replicas for e, r in zip(ests, loads, strict=True))
+        out: list[RankPrediction] = []
+        for est, r in zip(ests, loads, strict=True):
+            tput = est.throughput_tok_s * r.rank.replicas
+            share = tput / total if total > 0 else 0.0
+            cap = est.capacity_tok_s * r.rank.replicas
+            out.append(self._rank_prediction(job, r.rank, est, r.feas, r.corr, share, cap))
+        return out
+
+    def _rank_prediction(
+        self,
+        job: Job,
+        rank: Rank,
+        est: ServingEstimate,
+        feas: Feasibility,
+        c: RankCorrection,
+        share: float,
+        cap: float,
+    ) -> RankPrediction:
+        replicas = rank.replicas
+        ttft = est.p99_ttft_ms * c.outcome(Outcome.TTFT)
+        tpot = est.p99_tpot_ms * c.outcome(Outcome.TPOT)
+        tput = est.throughput_tok_s * replicas * c.outcome(Outcome.THROUGHPUT)
+        cost = _cost_per_mtok(rank.price_usd_per_h, tput) * c.outcome(Outcome.COST)
+        margin = self._online_margin(job, ttft, tpot) if job.is_online else 0.0
+        outcomes = Outcomes(
+            cost_per_mtok_usd=cost,
+            p99_ttft_ms=ttft,
+            p99_tpot_ms=tpot,
+            throughput_tok_s=tput,
+            slo_margin=margin,
+        )
+        med = mediators_of(est, feas)
+        if c.mediators:
+            values = {m: med.get(m) * c.mediator(m) for m in Mediator}
+            for m in (
+                Mediator.KV_CACHE_UTIL,
+                Mediator.MEM_BW_UTIL,
+                Mediator.COMPUTE_UTIL,
+                Mediator.COMM_SHARE,
+                Mediator.BUBBLE_FRACTION,
+                Mediator.PREFILL_SHARE,
+            ):
+                values[m] = _clip(values[m])
+            med = Mediators(**{m.value: v for m, v in values.items()})
+        return RankPrediction(
+            rank=rank,
+            outcomes=outcomes,
+            mediators=med,
+            traffic_share=share,
+            capacity_tok_s=cap,
+            p50_ttft_ms=est.p50_ttft_ms * c.outcome(Outcome.TTFT),
+            p50_tpot_ms=est.p50_tpot_ms * c.outcome(Outcome.TPOT),
+            kv_capacity_tokens=feas.kv_capacity_tokens,
+        )
+
+    def _online_margin(self, job: Job, ttft: float, tpot: float) -> float:
+        t = job.target
+        gaps = []
+        if t.p99_ttft_ms is not None:
+            gaps.append((t.p99_ttft_ms - ttft) / t.p99_ttft_ms)
+        if t.p99_tpot_ms is not None:
+            gaps.append((t.p99_tpot_ms - tpot) / t.p99_tpot_ms)
+        m = min(gaps) if gaps else 0.0
+        return max(m, self.cfg.min_slo_margin) if math.isfinite(m) else self.cfg.min_slo_margin
+
+    def _combine(
+        self, job: Job, ranks: list[RankPrediction], now_s: float, substituted: str | None
+    ) -> Prediction:
+        live = [r for r in ranks if r.traffic_share > 0] or ranks
+        ttft = mixture_quantile(
+            [(r.traffic_share, r.p50_ttft_ms, r.outcomes.p99_ttft_ms) for r in live]
+        )
+        tpot = mixture_quantile(
+            [(r.traffic_share, r.p50_tpot_ms, r.outcomes.p99_tpot_ms) for r in live]
+        )
+        tput = sum(r.outcomes.throughput_tok_s for r in ranks)
+        price = sum(r.rank.price_usd_per_h for r in ranks)
+        if job.is_online:
+            margin = self._online_margin(job, ttft, tpot)
+        else:
+            margin = self._batch_margin(job, tput, now_s)
+            ranks = [
+                attrs.evolve(r, outcomes=attrs.evolve(r.outcomes, slo_margin=margin)) for r in ranks
+            ]
+        outcomes = Outcomes(
+            cost_per_mtok_usd=_cost_per_mtok(price, tput),
+            p99_ttft_ms=ttft,
+            p99_tpot_ms=tpot,
+            throughput_tok_s=tput,
+            slo_margin=margin,
+        )
+        weights = [r.traffic_share for r in ranks]
+        wsum = sum(weights) or 1.0
+        med = Mediators(
+            **{
+                m.value: sum(w * r.mediators.get(m) for w, r in zip(weights, ranks, strict=True))
+                / wsum
+                for m in Mediator
+            }
+        )
+        return Prediction(
+            feasible=True,
+            reason="",
+            outcomes=outcomes,
+            mediators=med,
+            ranks=tuple(ranks),
+            substituted_from=substituted,
+        )
+
+    def _batch_margin(self, job: Job, tok_s: float, now_s: float) -> float:
+        """Relative deadline headroom: ``(deadline - finish) / (deadline - now)``."""
+        deadline = job.target.deadline_s or 0.0
+        remaining_tok = job.remaining_requests * job.workload.output_len.mean
+        if tok_s <= 0:
+            return self.cfg.min_slo_margin
+        finish = now_s + remaining_tok / tok_s
+        span = max(deadline - now_s, 1.0)
+        return min(max((deadline - finish) / span, self.cfg.min_slo_margin), 1.0)
+
+
+def workload_lengths(isl: int, osl: int) -> tuple[LengthDist, LengthDist]:
+    """Fixed-length distributions (what benchmark tools use with ``--ignore-eos``)."""
+    return LengthDist(mean=float(isl), cv=0.0, max=isl), LengthDist(
+        mean=float(osl), cv=0.0, max=osl
+    )

@@ -1,0 +1,33 @@
+"""GPU and model specs for the surrogate tests, read from the catalog's data files.
+
+Read directly (not through ``koi.catalog``) so these tests do not depend on the catalog code.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import koi
+from koi.types import GpuSpec, ModelSpec, from_data
+
+
+def _load(name: str, key: str) -> list[dict[str, Any]]:
+    text = (Path(koi.__file__).parent / "catalog" / "data" / name).read_text(encoding="utf-8")
+    rows: list[dict[str, Any]] = tomllib.loads(text)[key]
+    return [{k: v for k, v in row.items() if k != "source"} for row in rows]
+
+
+@cache
+def gpus() -> dict[str, GpuSpec]:
+    rows = _load("gpus.toml", "gpus")
+    return {
+        r["name"]: from_data({"fp8_tflops": None, "int4_tflops": None} | r, GpuSpec) for r in rows
+    }
+
+
+@cache
+def models() -> dict[str, ModelSpec]:
+    return {r["name"]: from_data(r, ModelSpec) for r in _load("models.toml", "models")}

@@ -1,0 +1,165 @@
+"""``koi predict`` end to end through :func:`koi.cli.main`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from koi.cli import main
+
+REQUIRED = {
+    "feasible",
+    "reason",
+    "p99_ttft_ms",
+    "p50_ttft_ms",
+    "p99_tpot_ms",
+    "p50_tpot_ms",
+    "throughput_tok_s",
+    "kv_capacity_tokens",
+    "mediators",
+    "cost_per_mtok_usd",
+}
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    assert main(["predict", *argv, "--json"]) == 0
+    data: dict[str, object] = json.loads(capsys.readouterr().out)
+    return data
+
+
+def test_json_has_every_field_and_a_price(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _run(
+        capsys,
+        "--model",
+        "Llama-3.1-8B",
+        "--gpu",
+        "H100-SXM",
+        "--tp",
+        "1",
+        "--isl",
+        "1000",
+        "--osl",
+        "200",
+        "--rate",
+        "4",
+    )
+    assert set(d) >= REQUIRED
+    assert d["feasible"] is True
+    assert isinstance(d["cost_per_mtok_usd"], float)
+    assert d["cost_per_mtok_usd"] > 0
+    med = d["mediators"]
+    assert isinstance(med, dict)
+    assert len(med) == 10
+    assert d["throughput_tok_s"] == pytest.approx(800, rel=0.02)
+
+
+def test_concurrency_replicas_and_quant(capsys: pytest.CaptureFixture[str]) -> None:
+    one = _run(
+        capsys,
+        "--model",
+        "Llama-3.1-70B",
+        "--gpu",
+        "H100-SXM",
+        "--tp",
+        "4",
+        "--quant",
+        "fp8",
+        "--isl",
+        "2000",
+        "--osl",
+        "300",
+        "--concurrency",
+        "32",
+    )
+    two = _run(
+        capsys,
+        "--model",
+        "Llama-3.1-70B",
+        "--gpu",
+        "H100-SXM",
+        "--tp",
+        "4",
+        "--quant",
+        "fp8",
+        "--isl",
+        "2000",
+        "--osl",
+        "300",
+        "--concurrency",
+        "64",
+        "--replicas",
+        "2",
+    )
+    assert isinstance(one["throughput_tok_s"], float)
+    assert isinstance(two["throughput_tok_s"], float)
+    assert two["throughput_tok_s"] == pytest.approx(2 * one["throughput_tok_s"], rel=0.15)
+
+
+def test_infeasible_reports_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    d = _run(
+        capsys,
+        "--model",
+        "Llama-3.1-70B",
+        "--gpu",
+        "L40S",
+        "--tp",
+        "1",
+        "--isl",
+        "100",
+        "--osl",
+        "100",
+        "--rate",
+        "1",
+    )
+    assert d["feasible"] is False
+    assert "weights" in str(d["reason"])
+    assert d["p99_ttft_ms"] is None
+
+
+def test_text_output_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                "Llama-3.1-8B",
+                "--gpu",
+                "L4",
+                "--tp",
+                "1",
+                "--isl",
+                "500",
+                "--osl",
+                "100",
+                "--rate",
+                "1",
+                "--analytic",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "p99_ttft_ms" in out
+    assert "kv_cache_util" in out
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                "nope",
+                "--gpu",
+                "L4",
+                "--tp",
+                "1",
+                "--isl",
+                "1",
+                "--osl",
+                "1",
+                "--rate",
+                "1",
+            ]
+        )
+        == 1
+    )
+    assert "nope" in capsys.readouterr().err

@@ -1,0 +1,157 @@
+"""Trends of the operator-level step-time model (issue 4, "Must show")."""
+
+from __future__ import annotations
+
+import pytest
+from _specs import gpus, models
+
+from koi.surrogate import OperatorModel
+from koi.types import Config
+
+
+def _decode(m: OperatorModel, seqs: int, ctx: int) -> float:
+    return m.step(
+        prefill_tokens=0, prefill_pairs=0.0, decode_seqs=seqs, decode_context_tokens=seqs * ctx
+    ).time_s
+
+
+def test_decode_step_grows_with_batch_and_context() -> None:
+    m = OperatorModel(gpus()["H100-SXM"], models()["Llama-3.1-8B"], Config())
+    assert _decode(m, 1, 1000) < _decode(m, 32, 1000) < _decode(m, 256, 1000)
+    assert _decode(m, 32, 500) < _decode(m, 32, 4000) < _decode(m, 32, 16000)
+
+
+def test_prefill_attention_is_quadratic() -> None:
+    m = OperatorModel(gpus()["H100-SXM"], models()["Llama-3.1-8B"], Config())
+
+    def attn(n: int) -> float:
+        return m.breakdown(
+            prefill_tokens=n, prefill_pairs=n * n / 2, decode_seqs=0, decode_context_tokens=0
+        )["attention"].compute_s
+
+    assert attn(8000) / attn(4000) > 3.9
+
+
+def test_tp_helps_more_on_nvlink_than_pcie() -> None:
+    model = models()["Llama-3.1-8B"]
+
+    def speedup(gpu: str) -> float:
+        one = _decode(OperatorModel(gpus()[gpu], model, Config(tp=1, quant="fp8")), 8, 1000)
+        four = _decode(OperatorModel(gpus()[gpu], model, Config(tp=4, quant="fp8")), 8, 1000)
+        return one / four
+
+    assert speedup("H100-SXM") > 1.3
+    assert speedup("H100-SXM") > speedup("L40S") * 1.2
+    pcie = OperatorModel(gpus()["L40S"], model, Config(tp=4)).breakdown(
+        prefill_tokens=0, prefill_pairs=0, decode_seqs=8, decode_context_tokens=8000
+    )
+    nvl = OperatorModel(gpus()["H100-SXM"], model, Config(tp=4)).breakdown(
+        prefill_tokens=0, prefill_pairs=0, decode_seqs=8, decode_context_tokens=8000
+    )
+    assert pcie["tp_allreduce"].comm_s > 2.5 * nvl["tp_allreduce"].comm_s
+
+
+def test_fp8_raises_prefill_throughput_only_where_the_gpu_has_fp8() -> None:
+    model = models()["Llama-3.1-8B"]
+
+    def prefill(gpu: str, quant: str) -> float:
+        m = OperatorModel(gpus()[gpu], model, Config(quant=quant))
+        return m.step(
+            prefill_tokens=8192, prefill_pairs=8192 * 1024, decode_seqs=0, decode_context_tokens=0
+        ).time_s
+
+    assert prefill("H100-SXM", "fp8") < 0.7 * prefill("H100-SXM", "bf16")
+    # A100 has no FP8 tensor cores: FP8 weights only save bytes, not math.
+    assert prefill("A100-80GB", "fp8") > 0.9 * prefill("A100-80GB", "bf16")
+    # Decode is memory bound: halving weight bytes helps everywhere.
+    for g in ("H100-SXM", "A100-80GB"):
+        bf = _decode(OperatorModel(gpus()[g], model, Config()), 8, 1000)
+        f8 = _decode(OperatorModel(gpus()[g], model, Config(quant="fp8")), 8, 1000)
+        assert f8 < 0.75 * bf
+
+
+def test_moe_decode_scales_with_active_not_total_parameters() -> None:
+    moe = OperatorModel(gpus()["H200"], models()["Qwen3-30B-A3B"], Config())
+    dense = OperatorModel(gpus()["H200"], models()["Qwen3-32B"], Config())
+    # Same total size (~30B): the MoE decodes a single sequence far faster.
+    assert _decode(moe, 1, 1000) < 0.4 * _decode(dense, 1, 1000)
+    # Its expert bytes grow with the distinct experts the batch touches.
+    small = moe.breakdown(
+        prefill_tokens=0, prefill_pairs=0, decode_seqs=1, decode_context_tokens=1000
+    )
+    big = moe.breakdown(
+        prefill_tokens=0, prefill_pairs=0, decode_seqs=64, decode_context_tokens=64000
+    )
+    assert big["moe_experts"].memory_s > 5 * small["moe_experts"].memory_s
+
+
+def test_pipeline_adds_bubbles_and_sendrecv() -> None:
+    m = OperatorModel(gpus()["H100-SXM"], models()["Llama-3.1-70B"], Config(tp=4, pp=2))
+    parts = m.breakdown(
+        prefill_tokens=512, prefill_pairs=512 * 256, decode_seqs=16, decode_context_tokens=16000
+    )
+    assert parts["pp_bubble"].bubble_s > 0
+    assert parts["pp_sendrecv"].comm_s > 0
+    flat = OperatorModel(gpus()["H100-SXM"], models()["Llama-3.1-70B"], Config(tp=4)).breakdown(
+        prefill_tokens=512, prefill_pairs=512 * 256, decode_seqs=16, decode_context_tokens=16000
+    )
+    assert flat["pp_bubble"].bubble_s == 0
+
+
+def test_engine_overhead_is_part_of_every_step() -> None:
+    m = OperatorModel(gpus()["H100-SXM"], models()["Llama-3.2-1B"], Config(engine="vllm"))
+    t = OperatorModel(gpus()["H100-SXM"], models()["Llama-3.2-1B"], Config(engine="trtllm"))
+    assert _decode(m, 1, 100) > _decode(t, 1, 100)
+
+
+def test_step_is_deterministic() -> None:
+    a = OperatorModel(gpus()["L4"], models()["Llama-3.1-8B"], Config())
+    b = OperatorModel(gpus()["L4"], models()["Llama-3.1-8B"], Config())
+    kw = {
+        "prefill_tokens": 100,
+        "prefill_pairs": 5000.0,
+        "decode_seqs": 3,
+        "decode_context_tokens": 900,
+    }
+    assert a.step(**kw) == b.step(**kw)
+
+
+def test_step_equals_the_sum_of_the_breakdown() -> None:
+    for gpu, model, cfg in [
+        ("H100-SXM", "Llama-3.1-8B", Config()),
+        ("L40S", "Mixtral-8x7B", Config(tp=4, quant="fp8")),
+        ("H200", "Qwen3-235B-A22B", Config(tp=4, pp=2, quant="fp8")),
+        ("MI300X", "Llama-3.1-405B", Config(tp=8, quant="int4")),
+    ]:
+        m = OperatorModel(gpus()[gpu], models()[model], cfg)
+        for kw in (
+            {
+                "prefill_tokens": 0,
+                "prefill_pairs": 0.0,
+                "decode_seqs": 0,
+                "decode_context_tokens": 0,
+            },
+            {
+                "prefill_tokens": 0,
+                "prefill_pairs": 0.0,
+                "decode_seqs": 7,
+                "decode_context_tokens": 7000,
+            },
+            {
+                "prefill_tokens": 900,
+                "prefill_pairs": 9e5,
+                "decode_seqs": 0,
+                "decode_context_tokens": 0,
+            },
+            {
+                "prefill_tokens": 300,
+                "prefill_pairs": 2e5,
+                "decode_seqs": 40,
+                "decode_context_tokens": 90000,
+            },
+        ):
+            total = m.step(**kw)
+            parts = m.breakdown(**kw).values()
+            for field in ("compute_s", "memory_s", "comm_s", "bubble_s", "overhead_s"):
+                expect = sum(getattr(x, field) for x in parts)
+                assert getattr(total, field) == pytest.approx(expect, rel=1e-12, abs=1e-15), field
