@@ -16,7 +16,7 @@ from koi.risk import RiskConfig
 from koi.scoring import ScoringConfig
 from koi.selector import BudgetConfig, SelectorConfig
 from koi.surrogate import SurrogateConfig
-from koi.types._validate import fraction, positive, positive_int
+from koi.types._validate import fraction, non_negative_int, positive, positive_int
 
 __all__ = ["CorrectionConfig", "KoiConfig", "PlannerConfig"]
 
@@ -31,6 +31,8 @@ class PlannerConfig:
     is each proposer's wall-clock budget per round.  ``mechanism_min_confidence`` is the belief a
     mechanism needs before it carries corrections to other strata in its scope.
     ``preemption_horizon_s`` is the horizon over which a spot rank's preemption counts as risk.
+    ``replay_top`` changes per job (best first, plus the keep ladder) are re-predicted with the
+    replay engine after the closed-form screen; the rest keep their screened prediction.
     ``decide_after`` quiet CUSUM samples make a variable "match" for the quadrants.
     ``learning`` and ``causal_graph`` exist for the ablations: without learning the evidence
     state never changes (``koi-frozen``); without the causal graph there are no strata, no
@@ -46,6 +48,7 @@ class PlannerConfig:
     mechanism_min_confidence: float = attrs.field(default=0.6, validator=fraction)
     preemption_horizon_s: float = attrs.field(default=1800.0, validator=positive)
     decide_after: int = attrs.field(default=4, validator=positive_int)
+    replay_top: int = attrs.field(default=1, validator=non_negative_int)
     learning: bool = True
     causal_graph: bool = True
 
@@ -53,11 +56,16 @@ class PlannerConfig:
 @attrs.frozen
 class CorrectionConfig:
     """``window`` implied factors are kept per (stratum, variable); ``min_samples`` are needed
-    before a correction applies; factors are clipped to ``[1/max_factor, max_factor]``."""
+    before a correction applies; factors are clipped to ``[1/max_factor, max_factor]`` and
+    rounded to a relative grid of ``quantum`` (so repeated predictions hit the cache).  When a
+    stratum's corrections move by more than ``recalibration`` (relative), its CUSUM detectors
+    restart: the old predictor's residuals must not accumulate against the new one."""
 
     window: int = attrs.field(default=12, validator=positive_int)
     min_samples: int = attrs.field(default=1, validator=positive_int)
     max_factor: float = attrs.field(default=20.0, validator=positive)
+    quantum: float = attrs.field(default=0.02, validator=positive)
+    recalibration: float = attrs.field(default=0.1, validator=positive)
 
 
 @attrs.frozen

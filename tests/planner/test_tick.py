@@ -87,7 +87,8 @@ def test_cusum_resets_a_correction_after_a_step_change() -> None:
         world.apply(result.plan)
         obs = world.advance()
         divergences.extend(result.evidence["divergences"])
-    assert any(Outcome.TPOT.value in d or "decode" in d for d in divergences)
+    step_outcomes = (Outcome.TTFT.value, Outcome.TPOT.value, Outcome.THROUGHPUT.value)
+    assert any(d == f"{stratum}:{o}" for d in divergences for o in step_outcomes)
     relearned = planner.state.corrections.factor(stratum, DECODE_TIME, planner.config.corrections)
     assert relearned is not None
     assert abs(relearned - 1.0) < abs(learned - 1.0) / 2

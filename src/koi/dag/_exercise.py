@@ -23,6 +23,7 @@ routing, and exploration rewards trying an untested TP degree, quantisation or G
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from koi.beliefs import EdgeKey, Stratum, stratum_of
@@ -63,8 +64,14 @@ def exercised_edges(
 ) -> frozenset[EdgeKey]:
     """Registered edges a rank exercises: X -> V from set decisions, then V -> Y onward."""
     dag = default_dag() if dag is None else dag
+    return _edges_from(exercised_decisions(chain, replicas), dag)
+
+
+@functools.lru_cache(maxsize=4096)
+def _edges_from(decisions: frozenset[Decision], dag: CausalDag) -> frozenset[EdgeKey]:
+    # Only a few dozen decision sets occur; the planner asks thousands of times per tick.
     edges: set[EdgeKey] = set()
-    for decision in exercised_decisions(chain, replicas):
+    for decision in decisions:
         x = node_name(decision)
         for v in dag.children(x):
             edges.add((x, v))

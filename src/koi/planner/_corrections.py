@@ -3,9 +3,10 @@
 Each observation of a deployed rank implies a correction factor for its stratum: the factor in
 force when the prediction was made times ``observed / predicted``.  The correction is the median
 of the implied factors since the last reset, so it converges in a tick or two, shrugs off
-outliers, and does not feed back on itself.  Decode and prefill step times are corrected (they
-generalise across replica counts and batch sizes, because the replay re-derives queueing from
-them); mediator predictions are corrected directly.  CUSUM divergence resets a variable so that
+outliers, and does not feed back on itself.  The decode step time is corrected from TPOT (it
+generalises across replica counts and batch sizes, because the surrogate re-derives queueing
+from it); p99 TTFT, which mixes prefill with queueing, and the mediators are corrected
+directly.  CUSUM divergence resets a variable so that
 stale evidence does not linger after the world changed.
 """
 
@@ -22,13 +23,11 @@ from koi.types import Mediator
 
 __all__ = [
     "DECODE_TIME",
-    "PREFILL_TIME",
     "CorrectionEntry",
     "CorrectionStore",
 ]
 
 DECODE_TIME = "decode_time"
-PREFILL_TIME = "prefill_time"
 
 # Additive floors keep ratios of near-zero quantities (an empty queue) from exploding.
 _FLOORS: Mapping[str, float] = {
@@ -50,7 +49,7 @@ class CorrectionEntry:
 
 def floor_of(variable: str) -> float:
     """Additive floor for the ratio of ``variable``."""
-    if variable in (DECODE_TIME, PREFILL_TIME):
+    if variable == DECODE_TIME or variable.startswith("p99_"):
         return 0.0
     return _FLOORS.get(variable, _FRACTION_FLOOR)
 

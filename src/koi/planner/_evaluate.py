@@ -209,9 +209,19 @@ class Evaluator:
         return Evaluated(report, candidate)
 
     def evaluate(
-        self, job: Job, ladder: Ladder, *, key: str, sources: tuple[str, ...] = ()
+        self,
+        job: Job,
+        ladder: Ladder,
+        *,
+        key: str,
+        sources: tuple[str, ...] = (),
+        replay: bool = False,
     ) -> Evaluated:
-        """Predict, validate (C2, C3) and score one ladder for ``job``."""
+        """Predict, validate (C2, C3) and score one ladder for ``job``.
+
+        Candidates are screened with the surrogate's closed form; ``replay`` re-predicts with
+        the replay engine (the planner does that for each job's short list).
+        """
         current = self.current.get(job.id)
         if current is None:
             kind = ActionKind.PLACE
@@ -223,9 +233,8 @@ class Evaluator:
         corrections = correction_fn(
             self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
         )
-        pred = self.surrogate.predict(
-            job, ladder, now_s=self.snapshot.time_s, corrections=corrections
-        )
+        predict = self.surrogate.predict if replay else self.surrogate.screen
+        pred = predict(job, ladder, now_s=self.snapshot.time_s, corrections=corrections)
         if not pred.feasible:
             return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred)
         p = self.breach(job, ladder, pred)
@@ -242,7 +251,7 @@ class Evaluator:
         switch_usd = 0.0
         switch_score = 0.0
         if current is not None and kind is not ActionKind.KEEP:
-            now_pred = self.surrogate.predict(
+            now_pred = self.surrogate.screen(
                 job, current, now_s=self.snapshot.time_s, corrections=corrections
             )
             cost = switching_cost(

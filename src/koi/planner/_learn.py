@@ -22,7 +22,7 @@ from koi.calibration import ideal_point_update
 from koi.config import KoiConfig
 from koi.cusum import Detector, classify
 from koi.dag import CausalDag, RankContext, exercised_decisions, node_name
-from koi.planner._corrections import DECODE_TIME, PREFILL_TIME, CorrectionStore
+from koi.planner._corrections import DECODE_TIME, CorrectionStore
 from koi.planner._state import DetectorKey, PlannerState
 from koi.planner._strata import stratum_for
 from koi.risk import ResidualHistory, band, relative_residual
@@ -48,6 +48,7 @@ __all__ = ["LearnReport", "correction_fn", "learn"]
 _RESIDUAL_CAP = 10.0
 # The outcomes the risk band covers, and which direction breaches.
 BAND_OUTCOMES = (Outcome.TTFT, Outcome.TPOT, Outcome.THROUGHPUT)
+_STEP_OUTCOMES = frozenset(o.value for o in BAND_OUTCOMES)
 
 
 @attrs.frozen
@@ -112,16 +113,28 @@ def correction_fn(
             own = store.factor(key, variable, cc)
             return own if own is not None else borrowed(chain, spec, variable)
 
-        mediators = {m: f for m in Mediator if (f := store.factor(key, m.value, cc)) is not None}
+        mediators = {
+            m: _quantized(f, cc.quantum)
+            for m in Mediator
+            if (f := store.factor(key, m.value, cc)) is not None
+        }
         result = RankCorrection(
-            prefill_time=factor(PREFILL_TIME),
-            decode_time=factor(DECODE_TIME),
+            decode_time=_quantized(factor(DECODE_TIME), cc.quantum),
+            outcomes={Outcome.TTFT: _quantized(factor(Outcome.TTFT.value), cc.quantum)},
             mediators=mediators,
         )
         cache[chain] = result
         return result
 
     return correct
+
+
+def _quantized(factor: float, quantum: float) -> float:
+    """Round a correction to a relative grid: predictions with equal corrections share the
+    surrogate's cache across ticks, and a 2 % step is well below telemetry noise."""
+    if factor == 1.0 or quantum <= 0:
+        return factor
+    return math.exp(round(math.log(factor) / quantum) * quantum)
 
 
 def learn(
@@ -150,6 +163,7 @@ def learn(
             by_job[o.job_id].append(o)
 
     detectors = dict(state.detectors)
+    signatures = dict(state.signatures)
     residuals = state.residuals
     samples: list[tuple[str, str, float, float, float]] = []
     covered: list[bool] = []
@@ -178,6 +192,14 @@ def learn(
             stratum = stratum_for(o.chain, spec, cfg)
             skey = stratum.key
             in_force = corrections_in_force(o.chain)
+            signature = _signature(in_force)
+            previous = signatures.get(skey, signature)
+            for key in [k for k in detectors if k[0] == skey and k not in touched]:
+                if _moved(previous, signature, key[1], cfg.corrections.recalibration):
+                    # This variable's predictor was just recalibrated: residuals of the old one
+                    # must not accumulate against the new one (that would read as a change).
+                    detectors[key] = detectors[key].reset()
+            signatures[skey] = signature
             pairs = _pairs(o, rp)
             for variable, observed, pred in pairs:
                 r = _residual(variable, observed, pred)
@@ -265,10 +287,10 @@ def learn(
     stale: set[tuple[str, str]] = set()
     for skey, variable in diverged:
         stale.add((skey, variable))
-        if variable == Outcome.TPOT.value:
-            stale.add((skey, DECODE_TIME))
-        if variable == Outcome.TTFT.value:
-            stale.add((skey, PREFILL_TIME))
+        if variable in _STEP_OUTCOMES:
+            # Latency and throughput all derive from step times: a persistent change in any
+            # of them means the step-time corrections of the stratum are stale.
+            stale.update(((skey, DECODE_TIME), (skey, Outcome.TTFT.value)))
         detectors[(skey, variable)] = detectors[(skey, variable)].reset()
     corrections = corrections.reset(stale)
     # Residuals from before the change describe a world that is gone.
@@ -283,6 +305,7 @@ def learn(
         mechanisms=tuple(mechanisms),
         mechanism_strata=mechanism_strata,
         detectors=detectors,
+        signatures=signatures,
         residuals=residuals,
         corrections=corrections,
         epsilon=epsilon,
@@ -317,12 +340,30 @@ def _predict_observed(
         observed_job = attrs.evolve(
             job, workload=attrs.evolve(job.workload, rate_rps=max(rate, 1e-6))
         )
-    pred = surrogate.predict(
+    pred = surrogate.screen(
         observed_job, ladder, now_s=min(o.start_s for o in obs), corrections=corrections
     )
     if not pred.feasible:
         return {}
     return {rp.rank.chain: rp for rp in pred.ranks}
+
+
+def _signature(c: RankCorrection) -> tuple[float, ...]:
+    """The correction in force, as the comparable tuple the state remembers per stratum."""
+    return (c.outcome(Outcome.TTFT), c.decode_time, *(c.mediator(m) for m in Mediator))
+
+
+_MEDIATOR_INDEX = {m.value: 2 + k for k, m in enumerate(Mediator)}
+
+
+def _moved(a: Sequence[float], b: Sequence[float], variable: str, threshold: float) -> bool:
+    """Did a correction that ``variable``'s prediction depends on move by more than
+    ``threshold`` (relative)?  Every variable depends on the decode-step and TTFT factors
+    (index 0 and 1); a mediator also on its own factor."""
+    index = [0, 1]
+    if variable in _MEDIATOR_INDEX:
+        index.append(_MEDIATOR_INDEX[variable])
+    return any(abs(math.log(b[i] / a[i])) > threshold for i in index)
 
 
 def _pairs(o: Observation, rp: RankPrediction) -> list[tuple[str, float, float]]:
@@ -368,17 +409,10 @@ def _correction_samples(
     samples = [
         (skey, DECODE_TIME, in_force.decode_time, o.outcomes.p99_tpot_ms, rp.outcomes.p99_tpot_ms)
     ]
-    # TTFT measures prefill only while requests do not queue.
-    if o.mediators.queue_depth < 1.0 and rp.mediators.queue_depth < 1.0:
-        samples.append(
-            (
-                skey,
-                PREFILL_TIME,
-                in_force.prefill_time,
-                o.outcomes.p99_ttft_ms,
-                rp.outcomes.p99_ttft_ms,
-            )
-        )
+    # p99 TTFT mixes prefill with queueing behind decode steps, so no single step-time factor
+    # explains it; it gets a direct outcome factor (the prediction scales with it exactly).
+    ttft = (o.outcomes.p99_ttft_ms, rp.outcomes.p99_ttft_ms)
+    samples.append((skey, Outcome.TTFT.value, in_force.outcome(Outcome.TTFT), *ttft))
     for m in Mediator:
         samples.append(
             (skey, m.value, in_force.mediator(m), o.mediators.get(m), rp.mediators.get(m))

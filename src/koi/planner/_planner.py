@@ -104,12 +104,14 @@ class Planner:
             pm.register(self.proposer, name=DEFAULT_PROPOSER)
         self.host = PluginHost(pm)
         self.books = BudgetBooks(self.config.budget)
+        self._uncertainty_memo: dict[Chain | None, object] = {}
         self.state_path = Path(state_path) if state_path is not None else None
         if self.state_path is not None and self.state_path.exists():
             data = load_checkpoint(self.state_path)
             self.state = PlannerState.from_data(data, cusum=self.config.cusum)
         else:
             self.state = self.initial_state(self.config)
+        self._evidence = self.state.evidence  # what this tick's proposers explore against
 
     @staticmethod
     def initial_state(config: KoiConfig) -> PlannerState:
@@ -166,6 +168,7 @@ class Planner:
                 )  # S2 + S3
                 if self.config.planner.causal_graph:
                     state = self._admit_mechanisms(state, learned, errors)
+            self._evidence = state.evidence
             lap("S2_S3_learn")
             result = self._plan(snapshot, state, learned, errors, timings, lap)  # S4–S6
         except KoiError as exc:
@@ -236,7 +239,7 @@ class Planner:
         self, state: PlannerState, job: Job, ladder: Ladder, now_s: float
     ) -> dict[tuple[str, Chain], LedgerEntry]:
         corr = correction_fn(state, job, gpus=self.gpus, models=self.models, cfg=self.config)
-        pred = self.surrogate.predict(job, ladder, now_s=now_s, corrections=corr)
+        pred = self.surrogate.screen(job, ladder, now_s=now_s, corrections=corr)
         return {
             (job.id, rp.rank.chain): LedgerEntry(
                 job_id=job.id,
@@ -271,11 +274,18 @@ class Planner:
 
     def _stratum_uncertainty(self, chain: Chain) -> float:
         """Mean edge uncertainty U of the chain's stratum (1 where nothing was learned)."""
+        evidence = self._evidence
+        memo = self._uncertainty_memo
+        if memo.get(None) is not evidence:  # the evidence changed: start over
+            memo.clear()
+            memo[None] = evidence
+        hit = memo.get(chain)
+        if isinstance(hit, float):
+            return hit
         keys = exercised_keys(Rank(chain, 1), self.models, dag=self.dag)
-        if not keys:
-            return 1.0
-        evidence = self.state.evidence
-        return sum(evidence.uncertainty(e, s) for e, s in keys) / len(keys)
+        u = sum(evidence.uncertainty(e, s) for e, s in keys) / len(keys) if keys else 1.0
+        memo[chain] = u
+        return u
 
     # ---- S4–S6 ------------------------------------------------------------------------------
     def _plan(
@@ -338,6 +348,15 @@ class Planner:
                         mine[ladder] = evaluator.evaluate(job, ladder, key=key, sources=sources)
                 feedback[job.id] = _feedback(mine.values())
         lap("S4_S5_propose_evaluate")
+        for job in running:  # the short list gets the replay engine's p99s
+            mine = evaluated[job.id]
+            for ladder in _short_list(mine, cfg.planner.replay_top):
+                ev = mine[ladder]
+                again = evaluator.evaluate(
+                    job, ladder, key=ev.report.key, sources=ev.report.sources, replay=True
+                )
+                mine[ladder] = again
+        lap("S5_replay")
         problem = self._problem(snapshot, state, running, evaluated, evaluator)
         selection = select(
             problem,
@@ -545,6 +564,21 @@ def _capacities(snapshot: ClusterSnapshot) -> list[PoolCapacity]:
         )
         for p in snapshot.pools
     ]
+
+
+def _short_list(candidates: Mapping[Ladder, Evaluated], top: int) -> list[Ladder]:
+    """The keep ladder and the ``top`` best valid changes of one job."""
+    changes = sorted(
+        (
+            (ev.report.value, ladder)
+            for ladder, ev in candidates.items()
+            if ev.candidate is not None
+            and ev.report.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE)
+        ),
+        key=lambda vl: -vl[0],
+    )
+    keep = [lad for lad, ev in candidates.items() if ev.report.kind is ActionKind.KEEP]
+    return keep + [lad for _, lad in changes[:top]]
 
 
 def _needs_another_round(candidates: Mapping[Ladder, Evaluated]) -> bool:

@@ -48,6 +48,7 @@ class PlannerState:
     mechanisms: tuple[Mechanism, ...] = ()
     mechanism_strata: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
     detectors: Mapping[DetectorKey, Detector] = attrs.field(factory=dict)
+    signatures: Mapping[str, tuple[float, ...]] = attrs.field(factory=dict)
     residuals: ResidualHistory = attrs.field(factory=ResidualHistory)
     corrections: CorrectionStore = attrs.field(factory=CorrectionStore)
     z_star: Mapping[str, Mapping[Outcome, float]] = attrs.field(factory=dict)
@@ -79,6 +80,7 @@ class PlannerState:
                 {"stratum": s, "variable": v, "detector": d.to_data()}
                 for (s, v), d in sorted(self.detectors.items())
             ],
+            "signatures": {k: list(v) for k, v in sorted(self.signatures.items())},
             "residuals": self.residuals.to_data(),
             "corrections": to_data(self.corrections),
             "z_star": {
@@ -104,6 +106,9 @@ class PlannerState:
                 detectors={
                     (d["stratum"], d["variable"]): Detector.from_data(d["detector"], cfg=cusum)
                     for d in data["detectors"]
+                },
+                signatures={
+                    k: tuple(float(x) for x in v) for k, v in dict(data["signatures"]).items()
                 },
                 residuals=ResidualHistory.from_data(data["residuals"]),
                 corrections=from_data(data["corrections"], CorrectionStore, where="corrections"),

@@ -54,6 +54,7 @@ class ProposerConfig:
     max_replicas: int = 64
     exploration: int = 2
     retry_headroom: float = 0.75
+    memo_size: int = 4096
 
 
 @attrs.frozen
@@ -108,6 +109,7 @@ class DefaultProposer:
         self.cfg = cfg or ProposerConfig()
         self.uncertainty = uncertainty
         self._screens: dict[object, list[_Option]] = {}
+        self._sized: dict[object, list[SizedOption]] = {}
 
     @hookimpl
     def koi_propose_ladders(self, job: Job, context: ProposalContext) -> list[Ladder]:
@@ -150,16 +152,30 @@ class DefaultProposer:
         deadline_s: float = math.inf,
         headroom: float = 1.0,
     ) -> list[SizedOption]:
-        """Every useful (GPU type, config), sized for ``job`` and screened at that size."""
+        """Every useful (GPU type, config), sized for ``job`` and screened at that size.
+
+        Memoized per (job, pools, time for batch jobs, headroom): the planner asks for the same
+        job several times per tick (budget books, cost reference, proposals).
+        """
+        key = (job, tuple(envs), None if job.is_online else now_s, headroom)
+        hit = self._sized.get(key)
+        if hit is not None:
+            return hit
         out: list[SizedOption] = []
+        complete = True
         for opt in self._screen(job, envs, gpus, deadline_s):
             if time.monotonic() > deadline_s:
+                complete = False
                 break
             replicas = self._replicas(job, opt, now_s, headroom)
             sized = Ladder((Rank(Chain(job.model, opt.shape, opt.config), replicas),))
             pred = self.surrogate.screen(job, sized, now_s=now_s)
             if pred.feasible:
                 out.append(SizedOption(opt, replicas, pred, _meets_target(job, pred.outcomes)))
+        if complete:
+            if len(self._sized) >= self.cfg.memo_size:
+                self._sized.pop(next(iter(self._sized)))
+            self._sized[key] = out
         return out
 
     # ---- search space -------------------------------------------------------------------

@@ -1,0 +1,347 @@
+"""What every baseline shares: the surrogate toolkit, placement, and the safety checks.
+
+The toolkit gives a baseline exactly what koi's planner has — the surrogate, the default
+proposer's screened and sized configurations, and the scoring functions — but none of koi's
+evidence, risk band or exploration.  :func:`safe_plan` replays the host's admission checks
+(C1 capacity in whole instances, C2 feasibility, one chain per ladder, the job's own model) in
+the host's order, so a baseline never sends an action the simulated fleet would reject.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping
+
+import attrs
+
+from koi.plugins import ProposalContext
+from koi.plugins._default_proposer import DefaultProposer, ProposerConfig, SizedOption
+from koi.scoring import (
+    Normalizer,
+    ScoringConfig,
+    candidate_value,
+    deferral_score,
+    ideal_point,
+    switching_cost,
+    tchebycheff,
+)
+from koi.surrogate import Prediction, Surrogate
+from koi.types import (
+    ActionKind,
+    Chain,
+    ClusterSnapshot,
+    Environment,
+    GpuSpec,
+    Job,
+    JobAction,
+    Ladder,
+    ModelSpec,
+    Plan,
+    Rank,
+)
+
+__all__ = [
+    "Toolkit",
+    "base_actions",
+    "fits_shape",
+    "free_gpus",
+    "host_order",
+    "safe_plan",
+]
+
+
+def free_gpus(snapshot: ClusterSnapshot) -> dict[str, int]:
+    """GPUs per pool not held by any active ladder."""
+    free = {p.id: p.capacity_gpus for p in snapshot.pools}
+    for a in snapshot.active:
+        for pool_id, gpus in a.ladder.gpus_by_pool().items():
+            free[pool_id] = free.get(pool_id, 0) - gpus
+    return free
+
+
+def fits_shape(env: Environment, gpus_per_chain: int) -> bool:
+    """A chain of ``gpus_per_chain`` GPUs packs onto this instance type (or spans nodes)."""
+    per = env.gpus_per_instance
+    if gpus_per_chain <= per:
+        return per % gpus_per_chain == 0
+    return env.multi_node and gpus_per_chain % per == 0
+
+
+def host_order(jobs: Iterable[Job]) -> list[Job]:
+    """The order a host checks actions in: priority (high first), then arrival, then id."""
+    return sorted(jobs, key=lambda j: (-j.priority, j.arrival_s, j.id))
+
+
+def _finished(job: Job) -> bool:
+    return not job.is_online and job.remaining_requests <= 0
+
+
+def base_actions(snapshot: ClusterSnapshot) -> dict[str, JobAction]:
+    """Keep every active job, defer every pending one, stop finished batch jobs."""
+    current = snapshot.current_ladders
+    out: dict[str, JobAction] = {}
+    for job in snapshot.jobs:
+        ladder = current.get(job.id)
+        if ladder is None:
+            out[job.id] = JobAction(job.id, ActionKind.DEFER, reason="waiting")
+        elif _finished(job):
+            out[job.id] = JobAction(job.id, ActionKind.STOP, reason="finished")
+        else:
+            out[job.id] = JobAction(job.id, ActionKind.KEEP, ladder, "keep")
+    return out
+
+
+def _pool_use(ladders: Iterable[Ladder]) -> Counter[str]:
+    use: Counter[str] = Counter()
+    for ladder in ladders:
+        use.update(ladder.gpus_by_pool())
+    return use
+
+
+def safe_plan(
+    snapshot: ClusterSnapshot,
+    actions: Mapping[str, JobAction],
+    surrogate: Surrogate,
+    *,
+    diagnostics: Mapping[str, object] | None = None,
+) -> Plan:
+    """The plan with every action the host would reject turned into keep/defer.
+
+    Jobs are visited in :func:`host_order`; a stop frees its GPUs from then on, a change must
+    fit every pool it touches in whole instances given everything decided before it (C1), and
+    each chain must be feasible (C2), distinct, and run the job's model.
+    """
+    pools = {p.id: p for p in snapshot.pools}
+    current = snapshot.current_ladders
+    use = _pool_use(current.values())
+    out: list[JobAction] = []
+    repaired = 0
+    for job in host_order(snapshot.jobs):
+        now = current.get(job.id, Ladder())
+        act = actions.get(job.id)
+        if act is None:
+            act = (
+                JobAction(job.id, ActionKind.KEEP, now, "keep")
+                if not now.is_empty
+                else JobAction(job.id, ActionKind.DEFER, reason="waiting")
+            )
+        if act.kind in (ActionKind.DEFER, ActionKind.STOP):
+            use.subtract(now.gpus_by_pool())
+            out.append(act)
+            continue
+        if act.ladder == now:
+            out.append(JobAction(job.id, ActionKind.KEEP, now, act.reason))
+            continue
+        trial = Counter(use)
+        trial.subtract(now.gpus_by_pool())
+        trial.update(act.ladder.gpus_by_pool())
+        if _ladder_ok(job, act.ladder, surrogate) and all(
+            pid in pools
+            and math.ceil(max(trial[pid], 0) / pools[pid].environment.gpus_per_instance)
+            <= pools[pid].capacity_instances
+            for pid in act.ladder.gpus_by_pool()
+        ):
+            use = trial
+            kind = ActionKind.PLACE if now.is_empty else ActionKind.RECONFIGURE
+            out.append(JobAction(job.id, kind, act.ladder, act.reason))
+            continue
+        repaired += 1
+        if now.is_empty:
+            out.append(JobAction(job.id, ActionKind.DEFER, reason="did not fit"))
+        else:
+            out.append(JobAction(job.id, ActionKind.KEEP, now, "change did not fit"))
+    diag = dict(diagnostics or {})
+    diag["repaired"] = repaired
+    return Plan(snapshot.time_s, sorted(out, key=lambda a: a.job_id), diag)
+
+
+def _ladder_ok(job: Job, ladder: Ladder, surrogate: Surrogate) -> bool:
+    chains = [r.chain for r in ladder.ranks]
+    if len(set(chains)) != len(chains):
+        return False
+    return all(c.model == job.model and surrogate.feasibility(c).ok for c in chains)
+
+
+@attrs.define
+class Toolkit:
+    """The surrogate, the default proposer and the scoring, as every baseline uses them.
+
+    ``calls`` counts ladder predictions (the evaluation budget an evolutionary search is held
+    to).
+    """
+
+    gpus: Mapping[str, GpuSpec]
+    models: Mapping[str, ModelSpec]
+    surrogate: Surrogate
+    scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
+    proposer_cfg: ProposerConfig = attrs.field(factory=ProposerConfig)
+    proposer: DefaultProposer = attrs.field(init=False)
+    calls: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        self.proposer = DefaultProposer(self.surrogate, cfg=self.proposer_cfg)
+
+    @classmethod
+    def build(cls, gpus: Mapping[str, GpuSpec], models: Mapping[str, ModelSpec]) -> Toolkit:
+        return cls(gpus, models, Surrogate(gpus, models))
+
+    # ---- configurations -------------------------------------------------------------------
+    def environments(self, snapshot: ClusterSnapshot) -> list[Environment]:
+        return [p.environment for p in snapshot.pools if p.environment.gpu in self.gpus]
+
+    def options(self, job: Job, snapshot: ClusterSnapshot) -> list[SizedOption]:
+        """Every feasible (GPU type, config) for ``job``, sized for its demand and screened."""
+        return self.proposer.sized_options(
+            job, self.environments(snapshot), self.gpus, now_s=snapshot.time_s
+        )
+
+    def cheapest_gpu_price(self, snapshot: ClusterSnapshot) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for p in snapshot.pools:
+            price = p.environment.price_usd_per_gpu_h
+            out[p.environment.gpu] = min(price, out.get(p.environment.gpu, price))
+        return out
+
+    def option_cost(self, sized: SizedOption, cheapest: Mapping[str, float]) -> float:
+        """Predicted cost per Mtok of an option priced at the cheapest pool of its GPU type."""
+        shape = sized.option.shape
+        price = shape.price_usd_per_gpu_h
+        ratio = cheapest.get(shape.gpu, price) / price if price > 0 else 1.0
+        return sized.prediction.outcomes.cost_per_mtok_usd * ratio
+
+    def reference_cost(self, options: Iterable[SizedOption], snapshot: ClusterSnapshot) -> float:
+        """The cheapest cost per Mtok any option offers (the Tchebycheff cost scale)."""
+        cheapest = self.cheapest_gpu_price(snapshot)
+        costs = [self.option_cost(o, cheapest) for o in options]
+        best = min((c for c in costs if 0 < c < math.inf), default=math.inf)
+        return best if best < math.inf else 1.0
+
+    def ranked(
+        self, options: Iterable[SizedOption], snapshot: ClusterSnapshot
+    ) -> list[SizedOption]:
+        """Options meeting the target first, then by predicted cost per token."""
+        cheapest = self.cheapest_gpu_price(snapshot)
+        return sorted(
+            options,
+            key=lambda o: (not o.meets_target, self.option_cost(o, cheapest), o.replicas),
+        )
+
+    def place(
+        self,
+        job: Job,
+        sized: SizedOption,
+        snapshot: ClusterSnapshot,
+        free: Mapping[str, int],
+        *,
+        replicas: int | None = None,
+        cheapest_first: bool = True,
+        partial: bool = False,
+        pool_ids: Collection[str] | None = None,
+    ) -> Ladder | None:
+        """``replicas`` of ``sized``'s config on pools of its GPU type with room.
+
+        One pool if one has room (the cheapest, risk-weighted, or the first in snapshot order),
+        else split over several; with ``partial`` as many as fit; only ``pool_ids`` if given.
+        ``None`` if nothing fits.
+        """
+        n = sized.replicas if replicas is None else replicas
+        config = sized.option.config
+        envs = [
+            p.environment
+            for p in snapshot.pools
+            if p.environment.gpu == sized.option.gpu
+            and fits_shape(p.environment, config.gpus)
+            and (pool_ids is None or p.id in pool_ids)
+        ]
+        if cheapest_first:
+            envs.sort(key=lambda e: (e.price_usd_per_gpu_h * (1 + 4 * e.preemption_per_h), e.id))
+        room = {e.id: max(free.get(e.id, 0), 0) // config.gpus for e in envs}
+        for env in envs:
+            if room[env.id] >= n:
+                return Ladder((Rank(Chain(job.model, env, config), n),))
+        ranks: list[Rank] = []
+        left = n
+        for env in envs:
+            take = min(room[env.id], left)
+            if take > 0:
+                ranks.append(Rank(Chain(job.model, env, config), take))
+                left -= take
+            if left == 0:
+                break
+        if ranks and (left == 0 or partial):
+            return Ladder(tuple(ranks))
+        return None
+
+    def proposals(self, job: Job, snapshot: ClusterSnapshot, max_candidates: int) -> list[Ladder]:
+        """The default proposer's short list for ``job`` (no exploration candidates)."""
+        context = ProposalContext(
+            snapshot=snapshot,
+            gpus=self.gpus,
+            models=self.models,
+            deadline_s=time.monotonic() + 30.0,
+            incumbent=snapshot.current_ladders.get(job.id),
+            max_candidates=max_candidates,
+        )
+        return list(self.proposer.koi_propose_ladders(job, context))
+
+    # ---- scoring ----------------------------------------------------------------------------
+    def predict(self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot) -> Prediction:
+        self.calls += 1
+        return self.surrogate.predict(job, ladder, now_s=snapshot.time_s)
+
+    def terms(
+        self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot, reference_cost: float
+    ) -> tuple[float, float] | None:
+        """``(J_i, Switch_i score)`` of ``ladder`` for ``job``; ``None`` if infeasible (C2).
+
+        No risk band and no exploration: the baselines score what the surrogate predicts.
+        """
+        pred = self.predict(job, ladder, snapshot)
+        if not pred.feasible:
+            return None
+        cfg = self.scoring
+        scales = Normalizer.for_job(
+            job, reference_cost_per_mtok=reference_cost, now_s=snapshot.time_s, cfg=cfg
+        )
+        j = tchebycheff(
+            job, pred.outcomes, z_star=ideal_point(job, scales), scales=scales, rho=cfg.rho, cfg=cfg
+        )
+        current = snapshot.current_ladders.get(job.id)
+        if current is None or current == ladder:
+            return j, 0.0
+        now_pred = self.surrogate.predict(job, current, now_s=snapshot.time_s)
+        cost = switching_cost(
+            current,
+            ladder,
+            model=self.models[job.model],
+            breach_probability=0.0,
+            in_flight_requests=_in_flight(job, now_pred) if now_pred.feasible else 0.0,
+            cfg=cfg,
+        )
+        return j, cost.score(cfg)
+
+    def value(
+        self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot, reference_cost: float
+    ) -> float | None:
+        """``J_i − λ Switch_i`` (γ = 0: no risk term) of ``ladder``; ``None`` if infeasible."""
+        if ladder.is_empty:
+            return self.defer_value(job, snapshot)
+        t = self.terms(job, ladder, snapshot, reference_cost)
+        if t is None:
+            return None
+        return candidate_value(t[0], 0.0, t[1], cfg=self.scoring)
+
+    def defer_value(self, job: Job, snapshot: ClusterSnapshot) -> float:
+        return deferral_score(job, self.scoring, now_s=snapshot.time_s)
+
+
+def _in_flight(job: Job, pred: Prediction) -> float:
+    """Requests in flight on the current deployment (Little's law on the prediction)."""
+    if job.is_online:
+        rate = job.workload.rate_rps or 0.0
+        o = pred.outcomes
+        latency_s = (o.p99_ttft_ms + job.workload.output_len.mean * o.p99_tpot_ms) / 1000.0
+        return rate * latency_s if math.isfinite(latency_s) else 0.0
+    return sum(rp.mediators.mean_batch_size * rp.rank.replicas for rp in pred.ranks)

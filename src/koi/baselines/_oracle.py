@@ -1,0 +1,124 @@
+"""The oracle: the rolling joint MILP with the simulated fleet's truth as its step model.
+
+A reference ceiling, never a competitor, and the only planner that touches the truth: its
+surrogate's step times come from a :class:`~koi.sim.TruthModel` drawn for the same world seed
+(the hidden efficiency factors are a pure function of the seed), its GPU speeds follow the
+scenario's engine/driver updates as they happen (drawn exactly as the world draws them), and
+it plans with the drifted workloads.  What it cannot know in advance — which replica will fail
+to materialize or run slow, when spot capacity is preempted — it learns only from the
+snapshots, like everyone else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+import numpy as np
+
+from koi.baselines._common import Toolkit
+from koi.baselines._milp import RollingMilp
+from koi.sim import Event, EventKind, Scenario
+from koi.sim._truth import TruthModel, stable_seed
+from koi.surrogate import Surrogate
+from koi.surrogate.replay import StepTimeModel
+from koi.types import (
+    ClusterSnapshot,
+    Config,
+    GpuSpec,
+    Job,
+    LengthDist,
+    ModelSpec,
+    Observation,
+    Plan,
+)
+
+__all__ = ["Oracle", "TruthProfiles"]
+
+
+@attrs.define
+class TruthProfiles:
+    """A :class:`~koi.surrogate.ProfileSource` that measures every chain with the truth."""
+
+    truth: TruthModel
+    name: str = "truth"
+
+    def covers(self, gpu: GpuSpec, model: ModelSpec) -> bool:
+        del gpu, model
+        return True
+
+    def step_model(self, gpu: GpuSpec, model: ModelSpec, config: Config) -> StepTimeModel:
+        return self.truth.step_model(gpu, model, config)
+
+
+def _scaled(d: LengthDist, f: float) -> LengthDist:
+    return attrs.evolve(d, mean=min(d.mean * f, float(d.max)))
+
+
+class Oracle(RollingMilp):
+    """Rolling MILP over the truth; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        gpus: Mapping[str, GpuSpec],
+        models: Mapping[str, ModelSpec],
+        scenario: Scenario,
+        world_seed: int,
+        truth: TruthModel,
+        max_candidates: int = 12,
+        time_limit_s: float = 2.0,
+        gap: float = 1e-3,
+    ) -> None:
+        self._gpus, self._models = dict(gpus), dict(models)
+        self._truth = truth
+        self._seed = world_seed
+        self._events = sorted(scenario.events, key=lambda e: e.at_s)
+        self._next = 0
+        self._drift: dict[str, list[Event]] = {}
+        super().__init__(
+            self._fresh_toolkit(),
+            max_candidates=max_candidates,
+            time_limit_s=time_limit_s,
+            gap=gap,
+            name="oracle",
+        )
+
+    def _fresh_toolkit(self) -> Toolkit:
+        # Predictions are cached by ladder: a speed change needs a fresh surrogate.
+        surrogate = Surrogate(self._gpus, self._models, profiles=TruthProfiles(self._truth))
+        return Toolkit(self._gpus, self._models, surrogate)
+
+    def _advance(self, now: float) -> None:
+        """Apply the scenario's events due by ``now`` to the oracle's copy of the truth."""
+        changed = False
+        while self._next < len(self._events) and self._events[self._next].at_s <= now:
+            e, k = self._events[self._next], self._next
+            self._next += 1
+            if e.kind is EventKind.DRIVER_UPDATE and e.gpu is not None:
+                # The same generator the world uses for event k, so the same speed is drawn.
+                rng = np.random.default_rng([self._seed, stable_seed("event", k)])
+                self._truth.driver_update(e.gpu, rng, engine=e.engine, speed=e.speed)
+                changed = True
+            elif e.kind is EventKind.WORKLOAD_DRIFT and e.job is not None:
+                self._drift.setdefault(e.job, []).append(e)
+        if changed:
+            self.toolkit = self._fresh_toolkit()
+
+    def jobs(self, snapshot: ClusterSnapshot) -> list[Job]:
+        out = []
+        for job in snapshot.jobs:
+            w = job.workload
+            for e in self._drift.get(job.id, ()):
+                w = attrs.evolve(
+                    w,
+                    input_len=_scaled(w.input_len, e.input_scale),
+                    output_len=_scaled(w.output_len, e.output_scale),
+                    rate_rps=None if w.rate_rps is None else w.rate_rps * e.rate_scale,
+                )
+            out.append(job if w == job.workload else attrs.evolve(job, workload=w))
+        return out
+
+    def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
+        self._advance(snapshot.time_s)
+        return super().decide(snapshot, observations)

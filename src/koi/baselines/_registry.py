@@ -1,0 +1,107 @@
+"""Build any benchmark planner by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from koi.baselines._common import Toolkit
+from koi.baselines._config import BaselineConfig
+from koi.baselines._evolution import Evolutionary
+from koi.baselines._koi import KoiPolicy, koi_config
+from koi.baselines._milp import RollingMilp
+from koi.baselines._perjob import PerJob
+from koi.baselines._queue import BestFixed, QueueFirstFit, edf_key, fcfs_key
+from koi.baselines._thompson import Thompson
+from koi.errors import InvalidInput
+
+__all__ = ["DEFAULT_PLANNERS", "LLM_PLANNERS", "PLANNERS", "REFERENCE", "STOCHASTIC", "make_policy"]
+
+#: Every built-in planner, in table order: koi, its ablations, the baselines, the oracle.
+PLANNERS: tuple[str, ...] = (
+    "koi",
+    "koi-nograph",
+    "koi-frozen",
+    "fcfs",
+    "edf",
+    "best-fixed",
+    "per-job",
+    "rolling-milp",
+    "thompson",
+    "evolutionary",
+    "oracle",
+)
+#: ``koi bench``'s default set: every non-LLM planner, the oracle as the reference ceiling.
+DEFAULT_PLANNERS: tuple[str, ...] = PLANNERS
+#: Planners that draw random numbers (their seed is the run's seed).
+STOCHASTIC: frozenset[str] = frozenset({"thompson", "evolutionary"})
+#: Reference planners that may see the truth; never competitors.
+REFERENCE: frozenset[str] = frozenset({"oracle"})
+#: LLM planners of the paper; they need an LLM plugin and are not built in.
+LLM_PLANNERS: tuple[str, ...] = ("llm-only", "llm-agent")
+
+
+def make_policy(
+    name: str,
+    *,
+    catalog: Any = None,
+    seed: int = 0,
+    world: Any = None,
+    cfg: BaselineConfig | None = None,
+) -> Any:
+    """A fresh policy for planner ``name`` (see :data:`PLANNERS`).
+
+    ``catalog`` defaults to :func:`koi.catalog.load_catalog`; ``seed`` seeds stochastic
+    planners; ``world`` (a :class:`koi.sim.World` built for the run's scenario and seed) is
+    required by — and only given to — the ``oracle``.
+    """
+    from koi.catalog import load_catalog
+
+    cfg = cfg or BaselineConfig()
+    cat = catalog or load_catalog()
+    gpus, models = dict(cat.gpus), dict(cat.models)
+    if name in ("koi", "koi-nograph", "koi-frozen"):
+        from koi.planner import Planner
+
+        return KoiPolicy(Planner(config=koi_config(name), catalog=cat, name=name))
+    if name == "oracle":
+        if world is None:
+            raise InvalidInput("oracle: needs the world (koi.sim.build_world(scenario, seed=...))")
+        from koi.baselines._oracle import Oracle
+        from koi.sim._truth import TruthModel
+
+        return Oracle(
+            gpus=gpus,
+            models=models,
+            scenario=world.scenario,
+            world_seed=world.seed,
+            truth=TruthModel(world.seed, world.cfg.truth),
+            max_candidates=cfg.max_candidates,
+            time_limit_s=cfg.solver_time_limit_s,
+            gap=cfg.solver_gap,
+        )
+    tk = Toolkit.build(gpus, models)
+    rng = np.random.default_rng([seed, len(name)])
+    if name == "fcfs":
+        return QueueFirstFit("fcfs", tk, fcfs_key)
+    if name == "edf":
+        return QueueFirstFit("edf", tk, edf_key)
+    if name == "best-fixed":
+        return BestFixed(tk)
+    if name == "per-job":
+        return PerJob(tk, max_candidates=cfg.max_candidates)
+    if name == "rolling-milp":
+        return RollingMilp(
+            tk,
+            max_candidates=cfg.max_candidates,
+            time_limit_s=cfg.solver_time_limit_s,
+            gap=cfg.solver_gap,
+        )
+    if name == "thompson":
+        return Thompson(tk, rng, cfg)
+    if name == "evolutionary":
+        return Evolutionary(tk, rng, cfg)
+    if name in LLM_PLANNERS:
+        raise InvalidInput(f"planner {name!r}: needs an LLM plugin (not configured)")
+    raise InvalidInput(f"planner: unknown {name!r}; choose from {', '.join(PLANNERS)}")

@@ -1,0 +1,73 @@
+"""``koi bench``: run the planners on a scenario and print the paper-like table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "bench",
+        help="compare koi with the baselines on a simulated fleet",
+        description=(
+            "Run planners (default: every non-LLM planner, the oracle as the reference "
+            "ceiling) on a simulated-fleet scenario over several seeds, in parallel processes; "
+            "print the table (mean ± spread over seeds), write results.json, per-planner "
+            "traces and, with matplotlib installed, PNG plots and report.md to --out."
+        ),
+    )
+    p.add_argument("--scenario", default="hetero-3h", help="built-in name or TOML path")
+    p.add_argument(
+        "--planners", default=None, help="comma-separated planner names (default: all non-LLM)"
+    )
+    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per planner (default 3)")
+    p.add_argument("--out", default="bench-out", help="output directory (default bench-out/)")
+    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPUs)")
+    p.add_argument("--json", action="store_true", help="print results.json to stdout")
+    p.add_argument("--verbose", action="store_true", help="one progress line per tick per run")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from koi.baselines import DEFAULT_PLANNERS
+    from koi.bench import format_table, run_bench, write_report
+
+    planners = (
+        [p.strip() for p in args.planners.split(",") if p.strip()]
+        if args.planners
+        else list(DEFAULT_PLANNERS)
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    print(
+        f"koi bench: {args.scenario}, {len(planners)} planner(s) x {args.seeds} seed(s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    result = run_bench(
+        args.scenario,
+        planners,
+        seeds=args.seeds,
+        jobs=args.jobs,
+        out_dir=out,
+        progress=sys.stderr,
+        verbose=args.verbose,
+    )
+    data = result.to_dict()
+    data["command"] = "koi bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "koi bench"
+    (out / "results.json").write_text(json.dumps(data, indent=2))
+    if not args.no_plots:
+        write_report(result, out)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(format_table(result.summary))
+        print(f"results: {out / 'results.json'}  (wall {result.wall_s:.0f} s)")
+    return 0

@@ -1,0 +1,74 @@
+"""The simulated fleet (DESIGN §10): truth model, dynamics, scenarios, evaluator and runner.
+
+Run any policy — the koi planner or a baseline — through a built-in scenario::
+
+    from koi.catalog import load_catalog
+    from koi.sim import run, over_provision
+
+    cat = load_catalog()
+    result = run("smoke", over_provision(cat.gpus, cat.models), seed=0)
+    print(result.metrics.composite, result.metrics.goodput_tok_s)
+
+A policy sees only :class:`~koi.types.ClusterSnapshot` s and :class:`~koi.types.Observation` s;
+the truth model that decides what deployments really do stays inside the world.
+:class:`TruthModel` and :func:`event_rng` are exported for reference planners only (the oracle
+rebuilds the truth of a world from its seed); a competing policy must never use them.
+"""
+
+from __future__ import annotations
+
+from koi.sim._config import LaunchConfig, SamplingConfig, SimConfig, TruthConfig
+from koi.sim._evaluate import Metrics, evaluate, time_series
+from koi.sim._fidelity import SurrogateError, surrogate_error
+from koi.sim._plugin import SimFleetHost
+from koi.sim._policy import DeferAll, FirstFit, Policy, greedy_first_fit, over_provision
+from koi.sim._runner import RunResult, build_world, resolve_pools, run
+from koi.sim._scenario import (
+    Event,
+    EventKind,
+    PoolSpec,
+    Scenario,
+    load_scenario,
+    parse_scenario,
+    scenario_names,
+)
+from koi.sim._trace import BatchRecord, JobWindow, TickRecord, Trace
+from koi.sim._truth import TruthModel, event_rng
+from koi.sim._world import ApplyResult, World
+
+__all__ = [
+    "ApplyResult",
+    "BatchRecord",
+    "DeferAll",
+    "Event",
+    "EventKind",
+    "FirstFit",
+    "JobWindow",
+    "LaunchConfig",
+    "Metrics",
+    "Policy",
+    "PoolSpec",
+    "RunResult",
+    "SamplingConfig",
+    "Scenario",
+    "SimConfig",
+    "SimFleetHost",
+    "SurrogateError",
+    "TickRecord",
+    "Trace",
+    "TruthConfig",
+    "TruthModel",
+    "World",
+    "build_world",
+    "evaluate",
+    "event_rng",
+    "greedy_first_fit",
+    "load_scenario",
+    "over_provision",
+    "parse_scenario",
+    "resolve_pools",
+    "run",
+    "scenario_names",
+    "surrogate_error",
+    "time_series",
+]

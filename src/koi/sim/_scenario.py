@@ -1,0 +1,475 @@
+"""Scenarios: the fleet, the jobs and the events of one simulated run, loaded from TOML.
+
+The file format is documented in ``docs/scenarios.md``; built-in scenarios live in
+``koi/sim/scenarios/*.toml`` and are found with :func:`scenario_names`.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.resources
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from koi.errors import InvalidInput, KoiError
+from koi.types import (
+    Environment,
+    Job,
+    JobClass,
+    LengthDist,
+    Market,
+    ObjectiveWeights,
+    Pool,
+    ServingTarget,
+    WorkloadProfile,
+)
+from koi.types._enums import to_market
+from koi.types._validate import (
+    identifier,
+    non_negative,
+    non_negative_int,
+    one_of,
+    optional,
+    positive,
+    positive_int,
+    to_tuple,
+)
+
+__all__ = [
+    "Event",
+    "EventKind",
+    "PoolSpec",
+    "Scenario",
+    "load_scenario",
+    "parse_scenario",
+    "scenario_names",
+]
+
+
+class EventKind(enum.StrEnum):
+    """What an event changes in the world (DESIGN §10.1)."""
+
+    DRIVER_UPDATE = "driver_update"  # a GPU type's speed moves (engine/driver/NCCL update)
+    WORKLOAD_DRIFT = "workload_drift"  # a job's input/output lengths or rate shift
+    POOL_CHANGE = "pool_change"  # a pool shrinks or grows
+    PREEMPTION = "preemption"  # spot instances of a pool vanish now
+    DEGRADE = "degrade"  # replicas of a running job start to run slow
+
+
+def _to_event_kind(value: Any) -> EventKind:
+    try:
+        return EventKind(value)
+    except ValueError:
+        return value  # type: ignore[no-any-return]
+
+
+@attrs.frozen
+class PoolSpec:
+    """One pool of a scenario's fleet.
+
+    ``instance_type`` names a catalog instance of ``cloud``; ``gpu``, ``gpus_per_instance``,
+    ``price_usd_per_h``, ``preemption_per_h`` and ``multi_node`` override the catalog (all of the
+    first three given: the pool needs no catalog entry, e.g. an on-prem rack).
+    """
+
+    cloud: str = attrs.field(validator=identifier)
+    region: str = attrs.field(validator=identifier)
+    market: Market = attrs.field(converter=to_market, validator=one_of(Market))
+    instance_type: str = attrs.field(validator=identifier)
+    instances: int = attrs.field(validator=non_negative_int)
+    gpu: str | None = attrs.field(default=None, validator=optional(identifier))
+    gpus_per_instance: int | None = attrs.field(default=None, validator=optional(positive_int))
+    price_usd_per_h: float | None = attrs.field(default=None, validator=optional(non_negative))
+    preemption_per_h: float | None = attrs.field(default=None, validator=optional(non_negative))
+    multi_node: bool | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.cloud}/{self.region}/{self.market.value}/{self.instance_type}"
+
+    @property
+    def inline(self) -> bool:
+        return None not in (self.gpu, self.gpus_per_instance, self.price_usd_per_h)
+
+    def resolve(self, instances: Iterable[Any]) -> Pool:
+        """The :class:`Pool` this spec describes, looking up the catalog's instance types.
+
+        ``instances`` are catalog ``InstanceType`` objects (``cloud``, ``name``,
+        ``.environment(region, market)``); they are only consulted for non-inline pools.
+        """
+        if self.inline:
+            assert self.gpu is not None
+            assert self.gpus_per_instance is not None
+            assert self.price_usd_per_h is not None
+            env = Environment(
+                cloud=self.cloud,
+                region=self.region,
+                market=self.market,
+                instance_type=self.instance_type,
+                gpu=self.gpu,
+                gpus_per_instance=self.gpus_per_instance,
+                price_usd_per_h=self.price_usd_per_h,
+                preemption_per_h=self.preemption_per_h or 0.0,
+                multi_node=bool(self.multi_node),
+            )
+            return Pool(env, self.instances)
+        match = [i for i in instances if i.cloud == self.cloud and i.name == self.instance_type]
+        if not match:
+            msg = f"instance_type: unknown {self.cloud} instance {self.instance_type!r}"
+            raise InvalidInput(msg)
+        try:
+            env = match[0].environment(self.region, self.market)
+        except KoiError as exc:
+            raise InvalidInput(f"market: {exc}") from None
+        over: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("gpu", self.gpu),
+                ("gpus_per_instance", self.gpus_per_instance),
+                ("price_usd_per_h", self.price_usd_per_h),
+                ("preemption_per_h", self.preemption_per_h),
+                ("multi_node", self.multi_node),
+            )
+            if v is not None
+        }
+        return Pool(attrs.evolve(env, **over), self.instances)
+
+
+@attrs.frozen
+class Event:
+    """A scheduled change of the world at ``at_s`` seconds after the start.
+
+    Fields by kind — ``driver_update``: ``gpu`` (and optionally ``engine``), ``speed`` (step
+    times divide by it; drawn from ``TruthConfig.driver_update_error`` when omitted);
+    ``workload_drift``: ``job`` and any of ``input_scale``, ``output_scale``, ``rate_scale``;
+    ``pool_change``: ``pool`` (its id) and ``instances`` (the new capacity);
+    ``preemption``: ``pool`` and ``instances`` (how many vanish) and ``notice`` (one tick ahead);
+    ``degrade``: ``job`` and ``slow`` (step-time multiplier for one replica of each rank).
+    """
+
+    at_s: float = attrs.field(validator=non_negative)
+    kind: EventKind = attrs.field(converter=_to_event_kind, validator=one_of(EventKind))
+    gpu: str | None = attrs.field(default=None, validator=optional(identifier))
+    engine: str | None = attrs.field(default=None, validator=optional(identifier))
+    speed: float | None = attrs.field(default=None, validator=optional(positive))
+    job: str | None = attrs.field(default=None, validator=optional(identifier))
+    input_scale: float = attrs.field(default=1.0, validator=positive)
+    output_scale: float = attrs.field(default=1.0, validator=positive)
+    rate_scale: float = attrs.field(default=1.0, validator=positive)
+    pool: str | None = attrs.field(default=None, validator=optional(identifier))
+    instances: int | None = attrs.field(default=None, validator=optional(non_negative_int))
+    notice: bool = False
+    slow: float = attrs.field(default=2.0, validator=positive)
+
+    def __attrs_post_init__(self) -> None:
+        need = {
+            EventKind.DRIVER_UPDATE: ("gpu",),
+            EventKind.WORKLOAD_DRIFT: ("job",),
+            EventKind.POOL_CHANGE: ("pool", "instances"),
+            EventKind.PREEMPTION: ("pool", "instances"),
+            EventKind.DEGRADE: ("job",),
+        }[self.kind]
+        for key in need:
+            if getattr(self, key) is None:
+                raise InvalidInput(f"{key}: required for a {self.kind.value} event")
+
+
+@attrs.frozen
+class Scenario:
+    """A simulated run: duration, planning tick, fleet, jobs and scheduled events."""
+
+    name: str = attrs.field(validator=identifier)
+    duration_s: float = attrs.field(validator=positive)
+    tick_s: float = attrs.field(validator=positive)
+    pools: tuple[PoolSpec, ...] = attrs.field(converter=to_tuple)
+    jobs: tuple[Job, ...] = attrs.field(converter=to_tuple)
+    events: tuple[Event, ...] = attrs.field(default=(), converter=to_tuple)
+    description: str = ""
+    seed_salt: int = attrs.field(default=0, validator=non_negative_int)
+
+    def __attrs_post_init__(self) -> None:
+        _unique("pools", [p.id for p in self.pools])
+        _unique("jobs", [j.id for j in self.jobs])
+        pool_ids = {p.id for p in self.pools}
+        job_ids = {j.id for j in self.jobs}
+        if self.tick_s > self.duration_s:
+            msg = f"tick_s: must be <= duration ({self.duration_s}), got {self.tick_s}"
+            raise InvalidInput(msg)
+        for k, e in enumerate(self.events):
+            if e.pool is not None and e.pool not in pool_ids:
+                raise InvalidInput(f"events[{k}].pool: unknown pool {e.pool!r}")
+            if e.job is not None and e.job not in job_ids:
+                raise InvalidInput(f"events[{k}].job: unknown job {e.job!r}")
+            if e.at_s >= self.duration_s:
+                raise InvalidInput(f"events[{k}].at_s: must be < duration, got {e.at_s}")
+        for k, j in enumerate(self.jobs):
+            if j.arrival_s >= self.duration_s:
+                raise InvalidInput(f"jobs[{k}].arrival_min: must be before the end of the run")
+
+    @property
+    def ticks(self) -> int:
+        """Number of planning ticks (the last window may be shorter)."""
+        n = int(self.duration_s // self.tick_s)
+        return n + (1 if n * self.tick_s < self.duration_s else 0)
+
+    @property
+    def online_jobs(self) -> tuple[Job, ...]:
+        return tuple(j for j in self.jobs if j.is_online)
+
+    @property
+    def batch_jobs(self) -> tuple[Job, ...]:
+        return tuple(j for j in self.jobs if not j.is_online)
+
+    @property
+    def gpu_count(self) -> int:
+        """GPUs in the fleet at the start, for pools with a known instance size."""
+        return sum(p.instances * (p.gpus_per_instance or 0) for p in self.pools)
+
+
+def _unique(what: str, ids: list[str]) -> None:
+    seen: set[str] = set()
+    for i in ids:
+        if i in seen:
+            raise InvalidInput(f"{what}: duplicate id {i!r}")
+        seen.add(i)
+
+
+# --- TOML parsing ------------------------------------------------------------------------------
+
+_SCENARIO_KEYS = {"name", "description", "duration_h", "duration_min", "tick_s", "seed_salt"}
+_POOL_KEYS = {f.name for f in attrs.fields(PoolSpec)}
+_EVENT_KEYS = ({f.name for f in attrs.fields(Event)} - {"at_s"}) | {"at_min"}
+_JOB_KEYS = {
+    "id",
+    "model",
+    "class",
+    "tenant",
+    "priority",
+    "quota_group",
+    "arrival_min",
+    "input",
+    "output",
+    "arrival",
+    "rate_rps",
+    "gamma_cv",
+    "prefix_share",
+    "requests",
+    "p99_ttft_ms",
+    "p99_tpot_ms",
+    "deadline_min",
+    "weights",
+}
+_LENGTH_KEYS = {"mean", "cv", "max"}
+_WEIGHT_KEYS = {f.name for f in attrs.fields(ObjectiveWeights)}
+
+
+def _table(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{where}: must be a table, got {type(value).__name__}")
+    return value
+
+
+def _check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    for key in table:
+        if key not in allowed:
+            known = ", ".join(sorted(allowed))
+            raise InvalidInput(f"{where}.{key}: unknown key (allowed: {known})")
+
+
+def _build(where: str, fn: Callable[[], Any]) -> Any:
+    """Call ``fn``; prefix any validation error with ``where`` so the key is named."""
+    try:
+        return fn()
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}.{exc}") from None
+    except TypeError as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
+
+
+def _minutes(table: Mapping[str, Any], key: str, where: str, default: float = 0.0) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise InvalidInput(f"{where}.{key}: must be a number >= 0, got {value!r}")
+    return float(value) * 60.0
+
+
+def _length(value: Any, where: str) -> LengthDist:
+    t = _table(value, where)
+    _check_keys(t, _LENGTH_KEYS, where)
+    if "mean" not in t:
+        raise InvalidInput(f"{where}.mean: required")
+    return _build(where, lambda: LengthDist(**t))  # type: ignore[no-any-return]
+
+
+def _job(raw: Any, where: str) -> Job:
+    t = _table(raw, where)
+    _check_keys(t, _JOB_KEYS, where)
+    for key in ("id", "model", "class", "input", "output"):
+        if key not in t:
+            raise InvalidInput(f"{where}.{key}: required")
+    online = t["class"] == JobClass.ONLINE.value
+    if t["class"] not in {c.value for c in JobClass}:
+        raise InvalidInput(f"{where}.class: must be online or batch, got {t['class']!r}")
+    needed = ("rate_rps", "p99_ttft_ms", "p99_tpot_ms") if online else ("requests", "deadline_min")
+    for key in needed:
+        if key not in t:
+            raise InvalidInput(f"{where}.{key}: required for a {t['class']} job")
+    arrival_s = _minutes(t, "arrival_min", where)
+    workload = _build(
+        where,
+        lambda: WorkloadProfile(
+            input_len=_length(t["input"], f"{where}.input"),
+            output_len=_length(t["output"], f"{where}.output"),
+            arrival=t.get("arrival", "poisson"),
+            rate_rps=t.get("rate_rps"),
+            total_requests=t.get("requests"),
+            gamma_cv=t.get("gamma_cv", 1.0),
+            prefix_share=t.get("prefix_share", 0.0),
+        ),
+    )
+    if online:
+        target = _build(
+            where,
+            lambda: ServingTarget.online(
+                p99_ttft_ms=t["p99_ttft_ms"], p99_tpot_ms=t["p99_tpot_ms"]
+            ),
+        )
+    else:
+        deadline = arrival_s + _minutes(t, "deadline_min", where)
+        target = ServingTarget.batch(deadline_s=deadline)
+    weights = ObjectiveWeights()
+    if "weights" in t:
+        w = _table(t["weights"], f"{where}.weights")
+        _check_keys(w, _WEIGHT_KEYS, f"{where}.weights")
+        weights = _build(f"{where}.weights", lambda: ObjectiveWeights(**w))
+    return _build(  # type: ignore[no-any-return]
+        where,
+        lambda: Job(
+            id=t["id"],
+            model=t["model"],
+            job_class=t["class"],
+            workload=workload,
+            target=target,
+            tenant=t.get("tenant", "default"),
+            weights=weights,
+            priority=t.get("priority", 0),
+            arrival_s=arrival_s,
+            quota_group=t.get("quota_group"),
+        ),
+    )
+
+
+def _event(raw: Any, where: str) -> Event:
+    t = _table(raw, where)
+    _check_keys(t, _EVENT_KEYS, where)
+    for key in ("at_min", "kind"):
+        if key not in t:
+            raise InvalidInput(f"{where}.{key}: required")
+    fields = {k: v for k, v in t.items() if k != "at_min"}
+    at_s = _minutes(t, "at_min", where)
+    return _build(where, lambda: Event(at_s=at_s, **fields))  # type: ignore[no-any-return]
+
+
+def _pool(raw: Any, where: str) -> PoolSpec:
+    t = _table(raw, where)
+    _check_keys(t, _POOL_KEYS, where)
+    for key in ("cloud", "region", "market", "instance_type", "instances"):
+        if key not in t:
+            raise InvalidInput(f"{where}.{key}: required")
+    return _build(where, lambda: PoolSpec(**t))  # type: ignore[no-any-return]
+
+
+def _array(doc: Mapping[str, Any], key: str, source: str) -> list[Any]:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise InvalidInput(f"{source}: {key}: must be an array of tables ([[{key}]])")
+    return value
+
+
+def parse_scenario(text: str, *, source: str = "<string>") -> Scenario:
+    """Parse scenario TOML; a malformed file raises :class:`InvalidInput` naming the key.
+
+    Examples
+    --------
+    >>> s = parse_scenario('''
+    ... [scenario]
+    ... name = "tiny"
+    ... duration_min = 10
+    ... [[pools]]
+    ... cloud = "onprem"
+    ... region = "lab"
+    ... market = "reserved"
+    ... instance_type = "box"
+    ... instances = 1
+    ... gpu = "L4"
+    ... gpus_per_instance = 1
+    ... price_usd_per_h = 0.5
+    ... ''')
+    >>> s.name, s.duration_s, s.tick_s
+    ('tiny', 600.0, 300.0)
+    """
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{source}: not valid TOML ({exc})") from None
+    for key in doc:
+        if key not in ("scenario", "pools", "jobs", "events"):
+            msg = f"{source}: {key}: unknown key (allowed: events, jobs, pools, scenario)"
+            raise InvalidInput(msg)
+    head = _table(doc.get("scenario", {}), f"{source}: scenario")
+    _check_keys(head, _SCENARIO_KEYS, f"{source}: scenario")
+    if "name" not in head:
+        raise InvalidInput(f"{source}: scenario.name: required")
+    if "duration_h" in head:
+        duration = _minutes(head, "duration_h", f"{source}: scenario") * 60.0
+    elif "duration_min" in head:
+        duration = _minutes(head, "duration_min", f"{source}: scenario")
+    else:
+        raise InvalidInput(f"{source}: scenario.duration_h: required (or duration_min)")
+    raw_pools = _array(doc, "pools", source)
+    raw_jobs = _array(doc, "jobs", source)
+    pools = tuple(_pool(p, f"{source}: pools[{k}]") for k, p in enumerate(raw_pools))
+    jobs = tuple(_job(j, f"{source}: jobs[{k}]") for k, j in enumerate(raw_jobs))
+    events = tuple(
+        _event(e, f"{source}: events[{k}]") for k, e in enumerate(_array(doc, "events", source))
+    )
+    return _build(  # type: ignore[no-any-return]
+        f"{source}: scenario",
+        lambda: Scenario(
+            name=head["name"],
+            duration_s=duration,
+            tick_s=float(head.get("tick_s", 300.0)),
+            pools=pools,
+            jobs=jobs,
+            events=events,
+            description=head.get("description", ""),
+            seed_salt=head.get("seed_salt", 0),
+        ),
+    )
+
+
+def _builtin_dir() -> importlib.resources.abc.Traversable:
+    return importlib.resources.files("koi.sim").joinpath("scenarios")
+
+
+def scenario_names() -> tuple[str, ...]:
+    """Names of the built-in scenarios, sorted."""
+    files = [f.name for f in _builtin_dir().iterdir() if f.name.endswith(".toml")]
+    return tuple(sorted(n.removesuffix(".toml") for n in files))
+
+
+def load_scenario(name_or_path: str | Path) -> Scenario:
+    """A built-in scenario by name (``"hetero-3h"``) or a scenario TOML file by path."""
+    if isinstance(name_or_path, str) and name_or_path in scenario_names():
+        res = _builtin_dir().joinpath(f"{name_or_path}.toml")
+        return parse_scenario(res.read_text(encoding="utf-8"), source=f"{name_or_path}.toml")
+    path = Path(name_or_path)
+    if not path.is_file():
+        known = ", ".join(scenario_names())
+        msg = f"scenario: no built-in scenario or file {str(path)!r} (built-in: {known})"
+        raise InvalidInput(msg)
+    return parse_scenario(path.read_text(encoding="utf-8"), source=str(path))

@@ -1,0 +1,121 @@
+"""Telemetry: one :class:`~koi.types.Observation` per deployed rank and window, from its replay."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from koi.sim._config import SimConfig
+from koi.surrogate.replay import WindowStats
+from koi.types import Chain, Job, Mediators, Observation, Outcomes
+
+__all__ = ["observe", "request_outcomes"]
+
+
+def _finite(x: float) -> float:
+    return 0.0 if math.isnan(x) else x
+
+
+def observe(
+    job: Job,
+    chain: Chain,
+    st: WindowStats,
+    weights: np.ndarray,
+    *,
+    window: tuple[float, float],
+    routed: float,
+    replicas_up: int,
+    replicas_expected: int,
+    price_usd_per_h: float,
+    memory_pressure: float,
+    batch_left: tuple[float, float],
+    cfg: SimConfig,
+    tick_s: float,
+) -> Observation:
+    """The observation of one rank over ``window`` (world times).
+
+    ``weights`` are the world requests each finished request of ``st`` stands for;
+    ``batch_left`` is (requests left, requests the job finished in the window) for batch jobs.
+    p99 TTFT counts the ages of still-waiting requests as censored samples, so a backlog shows.
+    """
+    t0, t1 = window
+    engine_span = st.duration_s if st.duration_s > 0 else 1.0
+    tput = st.output_tokens_generated / engine_span
+    cost = price_usd_per_h / 3600.0 / tput * 1e6 if tput > 0 else math.inf
+    ttft = _finite(st.p99_ttft_with_unserved_ms())
+    tpot = _finite(st.p99(st.tpot_ms))
+    healthy = replicas_up >= replicas_expected and replicas_up > 0
+    if job.is_online:
+        t_b = job.target.p99_ttft_ms or math.inf
+        p_b = job.target.p99_tpot_ms or math.inf
+        margin = min((t_b - ttft) / t_b, (p_b - tpot) / p_b)
+        healthy = healthy and ttft <= cfg.unhealthy_ttft_factor * t_b
+    else:
+        remaining, done = batch_left
+        left = (job.target.deadline_s or t1) - t1
+        rate = done / max(t1 - t0, 1e-9)
+        need = remaining / rate if rate > 0 else (0.0 if remaining <= 0 else math.inf)
+        margin = (left - need) / max(abs(left), tick_s)
+    margin = (
+        min(1.0, max(cfg.slo_margin_floor, margin))
+        if math.isfinite(margin)
+        else (cfg.slo_margin_floor)
+    )
+    return Observation(
+        job_id=job.id,
+        chain=chain,
+        start_s=t0,
+        end_s=t1,
+        requests=round(routed),
+        completed=round(float(weights.sum())),
+        replicas_up=replicas_up,
+        outcomes=Outcomes(
+            cost_per_mtok_usd=cost,
+            p99_ttft_ms=ttft,
+            p99_tpot_ms=tpot,
+            throughput_tok_s=tput,
+            slo_margin=margin,
+        ),
+        mediators=Mediators(
+            kv_cache_util=min(1.0, st.kv_cache_util),
+            mean_batch_size=st.mean_batch_size,
+            queue_depth=st.queue_depth,
+            mem_bw_util=st.mem_bw_util,
+            compute_util=st.compute_util,
+            comm_share=st.comm_share,
+            bubble_fraction=st.bubble_fraction,
+            preemption_rate=st.preemption_rate,
+            prefill_share=min(1.0, st.prefill_share),
+            memory_pressure=memory_pressure,
+        ),
+        healthy=healthy,
+    )
+
+
+def request_outcomes(
+    job: Job, st: WindowStats, weights: np.ndarray
+) -> tuple[float, float, float, float, float, float]:
+    """(finished, output tokens, TTFT met, TPOT met, both met, tokens of both met), weighted.
+
+    TTFT is first token minus arrival and TPOT ``(finish - first) / (output - 1)`` per request
+    (0 for one-token outputs); batch jobs have no latency bounds (every request meets them).
+    """
+    out = st.output_tokens
+    finished = float(weights.sum())
+    tokens = float((weights * out).sum())
+    if not job.is_online:
+        return finished, tokens, finished, finished, finished, tokens
+    ttft = (st.first_token_s - st.arrival_s) * 1e3
+    tpot = np.where(out > 1, (st.finish_s - st.first_token_s) / np.maximum(out - 1, 1) * 1e3, 0.0)
+    ok1 = ttft <= (job.target.p99_ttft_ms or math.inf)
+    ok2 = tpot <= (job.target.p99_tpot_ms or math.inf)
+    both = ok1 & ok2
+    return (
+        finished,
+        tokens,
+        float(weights[ok1].sum()),
+        float(weights[ok2].sum()),
+        float(weights[both].sum()),
+        float((weights * out)[both].sum()),
+    )
