@@ -1,0 +1,92 @@
+"""Simulator speed: simulated seconds per wall second on a scenario, and peak memory.
+
+Prints JSON.  ``python benchmarks/sim.py [--scenario hetero-3h] [--seed 0] [--koi]``.
+The trivial policies (greedy first fit, over-provision) measure the simulator itself; ``--koi``
+adds the koi planner (``koi.planner.Planner`` implements the ``koi.sim.Policy`` protocol).  Targets
+(DESIGN §12, issue 7): >= 1,000x real time with a trivial policy, <= 60 s wall with koi, peak
+memory <= 2 GiB.  The surrogate-versus-truth error of the scenario is reported too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import time
+from typing import Any
+
+from koi.catalog import load_catalog
+from koi.sim import Policy, greedy_first_fit, over_provision, run, surrogate_error
+
+
+def _peak_rss_mib() -> float:
+    # ru_maxrss is KiB on Linux (bytes on macOS).
+    scale = 1024.0 if sys.platform != "darwin" else 1024.0 * 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
+
+
+def _koi_policy() -> tuple[Policy | None, str]:
+    try:
+        from koi.planner import Planner
+    except ImportError as exc:  # pragma: no cover - depends on the checkout
+        return None, f"koi.planner not importable: {exc}"
+    planner = Planner()
+    if not isinstance(planner, Policy):  # needs .name and .decide(snapshot, observations)
+        return None, "koi.planner.Planner does not implement the koi.sim.Policy protocol"
+    return planner, ""
+
+
+def _measure(scenario: str, policy: Policy, seed: int) -> dict[str, Any]:
+    cpu0 = time.process_time()
+    result = run(scenario, policy, seed=seed)
+    cpu = time.process_time() - cpu0
+    m = result.metrics
+    return {
+        "policy": policy.name,
+        "wall_s": round(result.wall_s, 3),
+        "cpu_s": round(cpu, 3),
+        "sim_s": result.trace.duration_s,
+        "sim_s_per_wall_s": round(result.speedup, 1),
+        "sim_s_per_cpu_s": round(result.trace.duration_s / cpu, 1) if cpu > 0 else None,
+        "goodput_tok_s": round(m.goodput_tok_s, 1),
+        "composite": round(m.composite, 2),
+        "plan_time_median_s": m.plan_time_median_s,
+        "peak_rss_mib_so_far": round(_peak_rss_mib(), 1),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--scenario", default="hetero-3h")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--koi", action="store_true", help="also time the koi planner")
+    ap.add_argument("--no-fidelity", action="store_true", help="skip the surrogate error")
+    args = ap.parse_args()
+    cat = load_catalog()
+    runs = [
+        _measure(args.scenario, greedy_first_fit(cat.gpus, cat.models), args.seed),
+        _measure(args.scenario, over_provision(cat.gpus, cat.models), args.seed),
+    ]
+    out: dict[str, Any] = {"scenario": args.scenario, "seed": args.seed, "runs": runs}
+    if args.koi:
+        policy, why = _koi_policy()
+        out["koi"] = _measure(args.scenario, policy, args.seed) if policy else {"skipped": why}
+    if not args.no_fidelity:
+        err = surrogate_error(args.scenario, seed=args.seed)
+        out["surrogate_vs_truth"] = {
+            "median_ape": round(err.median_ape, 4),
+            "median_ape_tpot": round(err.median_ape_tpot, 4),
+            "median_ape_ttft": round(err.median_ape_ttft, 4),
+            "median_ape_capacity": round(err.median_ape_capacity, 4),
+            "samples": err.samples,
+        }
+    out["peak_rss_mib"] = round(_peak_rss_mib(), 1)
+    out["target_trivial_sim_s_per_wall_s"] = 1000
+    out["meets_trivial_target"] = min(r["sim_s_per_wall_s"] for r in runs) >= 1000
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

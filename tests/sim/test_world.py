@@ -1,0 +1,326 @@
+"""The simulated fleet's dynamics and the Must-show behaviours of issue 7."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import attrs
+import pytest
+
+from koi.catalog import Catalog
+from koi.sim import (
+    DeferAll,
+    LaunchConfig,
+    SimConfig,
+    build_world,
+    greedy_first_fit,
+    over_provision,
+    run,
+)
+from koi.types import (
+    ActionKind,
+    Chain,
+    ClusterSnapshot,
+    Config,
+    JobAction,
+    Ladder,
+    Plan,
+    Rank,
+)
+
+from .conftest import Fixed, by_job, one_rank, online_job_toml, pool_toml, tiny
+
+RELIABLE = SimConfig(launch=LaunchConfig(fail_prob=0.0, slow_prob=0.0))
+
+
+def test_defer_all_scores_zero() -> None:
+    r = run("smoke", DeferAll(), seed=0)
+    m = r.metrics
+    assert m.offered_tok_s > 0  # the work was offered ...
+    assert m.goodput_tok_s == 0.0  # ... and refusing it earns nothing
+    assert m.online_admission == 0.0
+    assert m.batch_admission == 0.0
+    assert m.ttft_attainment == 0.0
+    assert m.batch_progress == 0.0
+    assert m.composite == 0.0
+    assert m.cost_usd == 0.0
+
+
+def test_over_provisioning_meets_latency_but_pays_for_idle(catalog: Catalog) -> None:
+    sc = tiny(pool_toml(instances=12) + online_job_toml(rate=40, inp=500, out=100))
+    right = run(sc, greedy_first_fit(catalog.gpus, catalog.models), seed=0, cfg=RELIABLE)
+    over = run(sc, over_provision(catalog.gpus, catalog.models), seed=0, cfg=RELIABLE)
+    assert max(over.series["gpus"]) >= 2 * max(right.series["gpus"])
+    for m in (over.metrics, right.metrics):
+        assert m.ttft_attainment > 0.9
+        assert m.tpot_attainment > 0.9
+    assert over.metrics.cost_per_slo_token_usd > 2 * right.metrics.cost_per_slo_token_usd
+    assert over.metrics.efficiency < right.metrics.efficiency
+
+
+def test_overload_grows_ttft() -> None:
+    sc = tiny(pool_toml(instances=2) + online_job_toml(rate=80, inp=500, out=100), minutes=40)
+    policy = Fixed(one_rank("Llama-3.1-8B"))
+    result = run(sc, policy, seed=0, cfg=RELIABLE)
+    ttfts = [obs[0].outcomes.p99_ttft_ms for _, obs in policy.seen if obs]
+    assert len(ttfts) >= 5
+    assert all(b > a for a, b in itertools.pairwise(ttfts[1:]))  # grows every window
+    assert ttfts[-1] > 3 * ttfts[1]
+    assert ttfts[-1] > 10 * 1000  # far past the 1 s bound
+    assert result.metrics.ttft_attainment < 0.2
+    assert result.metrics.dropped_requests < 0.1 * result.metrics.offered_tok_s * 2400 / 100
+    healthy = [obs[0].healthy for _, obs in policy.seen if obs]
+    assert not any(healthy[1:])
+
+
+def test_overload_still_shows_when_windows_are_sampled() -> None:
+    """A sampled window (each replayed request standing for several) still shows overload."""
+    sc = tiny(pool_toml(instances=2) + online_job_toml(rate=80, inp=500, out=100), minutes=40)
+    policy = Fixed(one_rank("Llama-3.1-8B"))
+    cfg = attrs.evolve(
+        RELIABLE, sampling=attrs.evolve(RELIABLE.sampling, max_requests_per_window=400)
+    )
+    run(sc, policy, seed=0, cfg=cfg)
+    ttfts = [obs[0].outcomes.p99_ttft_ms for _, obs in policy.seen if obs]
+    assert ttfts[-1] > 3 * ttfts[1]
+    reqs = [obs[0].requests for _, obs in policy.seen if obs]
+    assert reqs[-1] == pytest.approx(80 * 300, rel=0.1)  # scaled back to world counts
+
+
+@pytest.mark.parametrize("notice", [False, True])
+def test_preempted_spot_rank_loses_capacity(notice: bool) -> None:
+    pool = pool_toml(instances=2, market="spot", preemption=0.0)
+    event = (
+        "[[events]]\nat_min = 10\nkind = 'preemption'\n"
+        f"pool = 'lab/r1/spot/box'\ninstances = 1\nnotice = {str(notice).lower()}\n"
+    )
+    sc = tiny(pool + online_job_toml(rate=5) + event)
+    policy = Fixed(one_rank("Llama-3.1-8B", replicas=2))
+    run(sc, policy, seed=0, cfg=RELIABLE)
+    snaps = [s for s, _ in policy.seen]
+    obs = [o for _, o in policy.seen]
+    assert snaps[2].pools[0].capacity_instances == (1 if notice else 2)
+    assert snaps[3].pools[0].capacity_instances == 1
+    assert snaps[3].current_ladders["chat"].replicas == 1
+    if notice:
+        assert snaps[2].current_ladders["chat"].replicas == 1  # announced: shown as gone
+        assert obs[3][0].replicas_up == 1
+    else:
+        during = obs[3][0]  # telemetry of the window in which the instance vanished
+        assert during.replicas_up == 1
+        assert not during.healthy
+
+
+def test_spot_hazard_preempts() -> None:
+    sc = tiny(pool_toml(instances=4, market="spot", preemption=20.0) + online_job_toml(rate=2))
+    policy = Fixed(one_rank("Llama-3.1-8B", replicas=4))
+    result = run(sc, policy, seed=0, cfg=RELIABLE)
+    assert any("preempted" in e for t in result.trace.ticks for e in t.events)
+    assert any(o.replicas_up < 4 for _, obs in policy.seen for o in obs)
+
+
+def test_same_seed_same_metrics(catalog: Catalog) -> None:
+    a = run("smoke", greedy_first_fit(catalog.gpus, catalog.models), seed=3)
+    b = run("smoke", greedy_first_fit(catalog.gpus, catalog.models), seed=3)
+    c = run("smoke", greedy_first_fit(catalog.gpus, catalog.models), seed=4)
+    assert a.metrics == attrs.evolve(
+        b.metrics,
+        plan_time_median_s=a.metrics.plan_time_median_s,
+        plan_time_p95_s=a.metrics.plan_time_p95_s,
+    )
+    assert a.trace.batch == b.trace.batch
+    assert a.metrics.goodput_tok_s != c.metrics.goodput_tok_s
+
+
+@attrs.define
+class _Cheat:
+    """Asks for what it may not have: too many GPUs, an infeasible chain, a forged price."""
+
+    name: str = "cheat"
+    mode: str = "capacity"
+
+    def decide(self, snapshot: ClusterSnapshot, observations: object) -> Plan:
+        del observations
+        env = snapshot.pools[0].environment
+        model, config, n = "Llama-3.1-8B", Config(), 1
+        if self.mode == "capacity":
+            n = snapshot.pools[0].capacity_instances + 1
+        elif self.mode == "infeasible":
+            config = Config(tp=2)  # two GPUs on one-GPU instances
+        elif self.mode == "forged":
+            env = attrs.evolve(env, price_usd_per_h=0.01)
+        elif self.mode == "wrong-model":
+            model = "Qwen3-8B"
+        actions = [
+            JobAction(j.id, ActionKind.PLACE, Ladder((Rank(Chain(model, env, config), n),)))
+            for j in snapshot.jobs
+        ]
+        actions.append(JobAction("ghost", ActionKind.DEFER))
+        return Plan(snapshot.time_s, actions)
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("capacity", "capacity (C1)"),
+        ("infeasible", "infeasible (C2)"),
+        ("forged", "environment differs"),
+        ("wrong-model", "is not the job's"),
+    ],
+)
+def test_safety_checks_reject_cheating(mode: str, reason: str) -> None:
+    sc = tiny(pool_toml(instances=2, gpu="L4", price=0.8) + online_job_toml(rate=1))
+    result = run(sc, _Cheat(mode=mode), seed=0)
+    rejected = [r for t in result.trace.ticks for r in t.rejected]
+    assert any(reason in r for r in rejected)
+    assert any("ghost: unknown" in r for r in rejected)
+    assert result.metrics.goodput_tok_s == 0.0
+    assert result.metrics.cost_usd == 0.0
+
+
+def test_launch_delay_scales_with_model_size(catalog: Catalog) -> None:
+    body = (
+        pool_toml(instances=8, gpus_per_instance=8, price=40)
+        + online_job_toml(job_id="small", model="Llama-3.2-1B", rate=4)
+        + online_job_toml(job_id="big", model="Llama-3.1-70B", rate=4, tpot=200, ttft=5000)
+    )
+    sc = tiny(body)
+    policy = Fixed(
+        by_job(
+            {
+                "small": one_rank("Llama-3.2-1B"),
+                "big": one_rank("Llama-3.1-70B", tp=4),
+            }
+        )
+    )
+    result = run(sc, policy, seed=0, cfg=RELIABLE)
+    first = {w.job_id: w for w in result.trace.ticks[0].jobs}
+    assert first["big"].dropped > first["small"].dropped > 0
+    second = {w.job_id: w for w in result.trace.ticks[1].jobs}
+    assert second["small"].dropped == 0
+
+
+@attrs.define
+class _Switcher:
+    """Places one replica on pool 0, then at the second tick moves it to ``target``."""
+
+    target: tuple[int, Config]
+    name: str = "switcher"
+    ticks: int = 0
+
+    def decide(self, snapshot: ClusterSnapshot, observations: object) -> Plan:
+        del observations
+        self.ticks += 1
+        pool, config = (0, Config()) if self.ticks < 2 else self.target
+        env = snapshot.pools[pool].environment
+        ladder = Ladder((Rank(Chain("Llama-3.1-8B", env, config), 1),))
+        kind = ActionKind.PLACE if self.ticks == 1 else ActionKind.RECONFIGURE
+        return Plan(snapshot.time_s, [JobAction("chat", kind, ladder)])
+
+
+def test_make_before_break_keeps_serving() -> None:
+    body = (
+        pool_toml(instances=2) + pool_toml(instance="other", instances=1) + online_job_toml(rate=5)
+    )
+    result = run(tiny(body), _Switcher((1, Config())), seed=0, cfg=RELIABLE)
+    switch = result.trace.ticks[1]
+    assert switch.swaps == 1
+    chat = next(w for w in switch.jobs if w.job_id == "chat")
+    assert chat.dropped == 0  # the old chain served until the new one was up
+    assert chat.gpus == 2  # both held during the switch
+    later = next(w for w in result.trace.ticks[2].jobs if w.job_id == "chat")
+    assert later.gpus == 1
+
+
+def test_break_before_make_when_full() -> None:
+    """Moving within a full pool cannot overlap: the job goes dark while the new chain loads."""
+    body = pool_toml(instances=1) + online_job_toml(rate=5)
+    result = run(tiny(body), _Switcher((0, Config(quant="fp8"))), seed=0, cfg=RELIABLE)
+    chat = next(w for w in result.trace.ticks[1].jobs if w.job_id == "chat")
+    assert result.trace.ticks[1].swaps == 1
+    assert chat.dropped > 0
+    assert chat.gpus == 1
+
+
+def test_batch_job_finishes_and_meets_its_deadline(catalog: Catalog) -> None:
+    r = run("smoke", over_provision(catalog.gpus, catalog.models), seed=0)
+    (b,) = r.trace.batch
+    assert b.done_s is not None
+    assert b.done_s < b.deadline_s
+    assert b.completed_by_deadline == b.requested
+    assert r.metrics.deadline_attainment == 1.0
+    assert r.metrics.batch_progress == 1.0
+    # Finished jobs leave the snapshot and release their GPUs.
+    last = r.trace.ticks[-1]
+    assert next(w for w in last.jobs if w.job_id == b.job_id).gpus == 0
+
+
+def test_driver_update_moves_observed_speed() -> None:
+    event = "[[events]]\nat_min = 10\nkind = 'driver_update'\ngpu = 'H100-SXM'\nspeed = 0.5\n"
+    sc = tiny(pool_toml(instances=2) + online_job_toml(rate=2, out=200) + event)
+    policy = Fixed(one_rank("Llama-3.1-8B"))
+    run(sc, policy, seed=0, cfg=RELIABLE)
+    tpot = [obs[0].outcomes.p99_tpot_ms for _, obs in policy.seen if obs]
+    before, after = tpot[1], tpot[-1]
+    assert after == pytest.approx(2 * before, rel=0.35)
+
+
+def test_workload_drift_is_hidden_from_the_snapshot() -> None:
+    event = "[[events]]\nat_min = 10\nkind = 'workload_drift'\njob = 'chat'\nrate_scale = 3.0\n"
+    sc = tiny(pool_toml(instances=2) + online_job_toml(rate=2) + event)
+    policy = Fixed(one_rank("Llama-3.1-8B"))
+    run(sc, policy, seed=0, cfg=RELIABLE)
+    snaps = [s for s, _ in policy.seen]
+    assert snaps[-1].jobs[0].workload.rate_rps == 2.0  # the declared profile
+    reqs = [obs[0].requests for _, obs in policy.seen if obs]
+    assert reqs[-1] > 2.2 * reqs[1]  # telemetry sees the real traffic
+
+
+def test_observations_are_complete(catalog: Catalog) -> None:
+    policy = Fixed(one_rank("Llama-3.1-8B"))
+    sc = tiny(pool_toml(instances=2) + online_job_toml(rate=4))
+    run(sc, policy, seed=0, cfg=RELIABLE)
+    o = policy.seen[2][1][0]
+    assert o.requests > 0
+    assert o.completed > 0
+    assert o.replicas_up == 1
+    assert o.healthy
+    assert 0 < o.outcomes.p99_ttft_ms < 1000
+    assert 0 < o.outcomes.p99_tpot_ms < 60
+    assert o.outcomes.throughput_tok_s == pytest.approx(4 * 100, rel=0.25)
+    assert math.isfinite(o.outcomes.cost_per_mtok_usd)
+    assert 0 < o.outcomes.slo_margin <= 1
+    med = o.mediators
+    assert 0 < med.kv_cache_util < 1
+    assert med.mean_batch_size > 0
+    assert 0 < med.mem_bw_util <= 1
+    assert 0 < med.compute_util <= 1
+    assert 0 < med.prefill_share < 1
+    assert 0 < med.memory_pressure < 1
+    assert med.comm_share == 0  # tp = 1
+
+
+def test_world_never_exposes_truth() -> None:
+    world = build_world("smoke", seed=0)
+    public = {n for n in dir(world) if not n.startswith("_")}
+    assert not any("truth" in n or "factor" in n for n in public)
+
+
+def test_batch_work_lost_to_preemption_is_redone() -> None:
+    body = (
+        pool_toml(instances=2, market="spot")
+        + "\n[[jobs]]\nid = 'b'\nmodel = 'Llama-3.1-8B'\nclass = 'batch'\n"
+        + "input = { mean = 300, cv = 0.3, max = 1200 }\n"
+        + "output = { mean = 300, cv = 0.3, max = 1200 }\n"
+        + "requests = 40000\ndeadline_min = 40\n"
+        + "[[events]]\nat_min = 5\nkind = 'preemption'\npool = 'lab/r1/spot/box'\ninstances = 1\n"
+    )
+    policy = Fixed(one_rank("Llama-3.1-8B", replicas=2))
+    result = run(tiny(body, minutes=45), policy, seed=0, cfg=RELIABLE)
+    (b,) = result.trace.batch
+    assert any(o.replicas_up == 1 for _, obs in policy.seen for o in obs)
+    assert b.done_s is not None
+    assert b.completed_by_deadline == b.requested
+    done = sum(w.batch_completed for t in result.trace.ticks for w in t.jobs)
+    assert done == pytest.approx(b.requested)
