@@ -1,0 +1,100 @@
+"""S5 terms are live: ε, U, spot hazard and τ each change what a candidate is worth."""
+
+from __future__ import annotations
+
+import attrs
+
+from koi.config import KoiConfig
+from koi.dag import default_dag
+from koi.planner import Planner
+from koi.planner._evaluate import Evaluator
+from koi.planner._state import PlannerState
+from koi.risk import EpsilonCalibrator
+from koi.surrogate import Surrogate
+from koi.types import (
+    ActionKind,
+    ActiveDeployment,
+    Chain,
+    ClusterSnapshot,
+    Config,
+    Ladder,
+    Market,
+    Quant,
+    Rank,
+)
+
+from ._world import CATALOG, chat_job, pools
+
+SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
+JOB = attrs.evolve(  # a tight TPOT bound the candidate meets with little room to spare
+    chat_job(rate=6.0),
+    target=attrs.evolve(chat_job().target, p99_tpot_ms=20.0),
+)
+
+
+def _evaluator(state: PlannerState, cfg: KoiConfig = KoiConfig()) -> Evaluator:  # noqa: B008
+    snapshot = ClusterSnapshot(0.0, [JOB], pools(gpus=("L40S",), per_pool=4))
+    return Evaluator(
+        snapshot=snapshot,
+        state=state,
+        surrogate=SURROGATE,
+        gpus=CATALOG.gpus,
+        models=CATALOG.models,
+        dag=default_dag(),
+        cfg=cfg,
+        reference_cost={JOB.id: 0.2},
+    )
+
+
+def _ladder(market: Market = Market.ON_DEMAND, replicas: int = 1) -> Ladder:
+    env = next(
+        e
+        for e in CATALOG.environments(clouds=["aws"], gpus=["L40S"], markets=[market.value])
+        if e.gpus_per_instance == 1 and e.region == "us-east-1"
+    )
+    return Ladder((Rank(Chain(JOB.model, env, Config(quant=Quant.INT4)), replicas),))
+
+
+def test_a_wider_radius_raises_the_breach_probability() -> None:
+    base = Planner.initial_state(KoiConfig())
+    narrow = attrs.evolve(base, epsilon=EpsilonCalibrator(eps=0.0))
+    wide = attrs.evolve(base, epsilon=EpsilonCalibrator(eps=2.0))
+    ladder = _ladder()
+    p = [
+        _evaluator(s).evaluate(JOB, ladder, key="c").report.breach_probability
+        for s in (narrow, wide)
+    ]
+    assert p[0] < p[1] < 1.0
+
+
+def test_spot_preemption_counts_as_risk() -> None:
+    state = Planner.initial_state(KoiConfig())
+    ev = _evaluator(state)
+    on_demand = ev.evaluate(JOB, _ladder(Market.ON_DEMAND), key="od").report
+    spot = ev.evaluate(JOB, _ladder(Market.SPOT), key="spot").report
+    assert spot.breach_probability > on_demand.breach_probability
+
+
+def test_tau_rejects_risky_changes_but_never_a_running_ladder() -> None:
+    strict = attrs.evolve(KoiConfig(), planner=attrs.evolve(KoiConfig().planner, tau=0.0))
+    state = Planner.initial_state(strict)
+    ladder = _ladder()
+    report = _evaluator(state, strict).evaluate(JOB, ladder, key="c").report
+    assert report.breach_probability > 0.0
+    assert report.rejected.startswith("C3")
+    snapshot = ClusterSnapshot(
+        0.0, [JOB], pools(gpus=("L40S",), per_pool=4), [ActiveDeployment(JOB.id, ladder)]
+    )
+    keep_eval = Evaluator(
+        snapshot=snapshot,
+        state=state,
+        surrogate=SURROGATE,
+        gpus=CATALOG.gpus,
+        models=CATALOG.models,
+        dag=default_dag(),
+        cfg=strict,
+        reference_cost={JOB.id: 0.2},
+    )
+    keep = keep_eval.evaluate(JOB, ladder, key="keep").report
+    assert keep.kind is ActionKind.KEEP
+    assert not keep.rejected
