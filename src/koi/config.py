@@ -59,13 +59,15 @@ class CorrectionConfig:
     before a correction applies; factors are clipped to ``[1/max_factor, max_factor]`` and
     rounded to a relative grid of ``quantum`` (so repeated predictions hit the cache).  When a
     stratum's corrections move by more than ``recalibration`` (relative), its CUSUM detectors
-    restart: the old predictor's residuals must not accumulate against the new one."""
+    restart: the old predictor's residuals must not accumulate against the new one.  The step
+    corrections in force change only when the estimate moves by more than ``hysteresis``."""
 
     window: int = attrs.field(default=12, validator=positive_int)
     min_samples: int = attrs.field(default=1, validator=positive_int)
     max_factor: float = attrs.field(default=20.0, validator=positive)
     quantum: float = attrs.field(default=0.02, validator=positive)
     recalibration: float = attrs.field(default=0.1, validator=positive)
+    hysteresis: float = attrs.field(default=0.05, validator=positive)
 
 
 @attrs.frozen

@@ -118,15 +118,25 @@ def correction_fn(
             for m in Mediator
             if (f := store.factor(key, m.value, cc)) is not None
         }
+        # Hysteresis: keep the step corrections in force unless the estimate really moved, so
+        # predictions stay cached across ticks and CUSUM is not restarted by noise.
+        held = state.signatures.get(key)
+        ttft = _quantized(factor(Outcome.TTFT.value), cc.quantum)
+        decode = _quantized(factor(DECODE_TIME), cc.quantum)
+        if held is not None:
+            ttft = _sticky(held[0], ttft, cc.hysteresis)
+            decode = _sticky(held[1], decode, cc.hysteresis)
         result = RankCorrection(
-            decode_time=_quantized(factor(DECODE_TIME), cc.quantum),
-            outcomes={Outcome.TTFT: _quantized(factor(Outcome.TTFT.value), cc.quantum)},
-            mediators=mediators,
+            decode_time=decode, outcomes={Outcome.TTFT: ttft}, mediators=mediators
         )
         cache[chain] = result
         return result
 
     return correct
+
+
+def _sticky(held: float, estimate: float, band: float) -> float:
+    return held if abs(math.log(estimate / held)) <= band else estimate
 
 
 def _quantized(factor: float, quantum: float) -> float:
