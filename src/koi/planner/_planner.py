@@ -31,8 +31,8 @@ from koi.selector import (
     BudgetBook,
     BudgetBooks,
     Candidate,
-    PoolCapacity,
     SelectionProblem,
+    pool_capacities,
     select,
 )
 from koi.surrogate import Surrogate
@@ -429,7 +429,7 @@ class Planner:
         if not demands:
             return {}
         try:
-            return self.books.solve(demands, _capacities(snapshot))
+            return self.books.solve(demands, pool_capacities(snapshot))
         except KoiError as exc:
             errors.append(f"budget books: {exc}; proposing over every pool")
             return {}
@@ -452,7 +452,7 @@ class Planner:
         regret = state.calibration.regret
         return SelectionProblem(
             candidates=candidates,
-            pools=_capacities(snapshot),
+            pools=pool_capacities(snapshot),
             exploration_weights=evaluator.exploration_weights(),
             swap_budget=swap_budget(regret, len(snapshot.active), self.config.calibration),
             priority={j.id: j.priority for j in jobs},
@@ -551,19 +551,6 @@ def _checked_observations(observations: Sequence[Observation]) -> list[Observati
         if not isinstance(o, Observation):
             raise InvalidInput(f"observations[{k}]: expected an Observation, got {o!r}")
     return out
-
-
-def _capacities(snapshot: ClusterSnapshot) -> list[PoolCapacity]:
-    return [
-        PoolCapacity(
-            pool_id=p.id,
-            capacity_gpus=p.capacity_gpus,
-            gpus_per_instance=p.environment.gpus_per_instance,
-            price_usd_per_h=p.environment.price_usd_per_h,
-            gpu_type=p.environment.gpu,
-        )
-        for p in snapshot.pools
-    ]
 
 
 def _short_list(candidates: Mapping[Ladder, Evaluated], top: int) -> list[Ladder]:

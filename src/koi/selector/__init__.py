@@ -16,6 +16,7 @@ from koi.selector._model import (
     SelectionProblem,
     SelectionStatus,
     SelectorConfig,
+    pool_capacities,
 )
 from koi.selector._select import greedy, select
 
@@ -31,5 +32,6 @@ __all__ = [
     "SelectionStatus",
     "SelectorConfig",
     "greedy",
+    "pool_capacities",
     "select",
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types import ActionKind
+from koi.types import ActionKind, ClusterSnapshot
 
 __all__ = [
     "Candidate",
@@ -123,6 +123,20 @@ class PoolCapacity:
     gpus_per_instance: int = attrs.field(default=1, validator=_positive_int)
     price_usd_per_h: float = attrs.field(default=0.0, validator=_non_negative)
     gpu_type: str = ""
+
+
+def pool_capacities(snapshot: ClusterSnapshot) -> list[PoolCapacity]:
+    """The snapshot's pools as the selector's capacities."""
+    return [
+        PoolCapacity(
+            pool_id=p.id,
+            capacity_gpus=p.capacity_gpus,
+            gpus_per_instance=p.environment.gpus_per_instance,
+            price_usd_per_h=p.environment.price_usd_per_h,
+            gpu_type=p.environment.gpu,
+        )
+        for p in snapshot.pools
+    ]
 
 
 # Named converters: mypy's attrs plugin cannot type ``converter=tuple`` / ``converter=dict``.
