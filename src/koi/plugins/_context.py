@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -10,6 +9,7 @@ import attrs
 
 from koi.errors import InvalidInput, PluginError
 from koi.types import ClusterSnapshot, GpuSpec, Ladder, LaunchResult, ModelSpec, Observation
+from koi.types._validate import finite, non_negative_int, positive_int
 
 __all__ = [
     "LaunchBatch",
@@ -19,21 +19,6 @@ __all__ = [
     "Rejection",
     "TelemetryBatch",
 ]
-
-
-def _non_negative_int(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"{attribute.name}: must be an integer >= 0, got {value!r}")
-
-
-def _positive_int(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput(f"{attribute.name}: must be an integer >= 1, got {value!r}")
-
-
-def _finite(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput(f"{attribute.name}: must be a finite number, got {value!r}")
 
 
 def _mapping(value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -65,14 +50,14 @@ class ProposalContext:
     snapshot: ClusterSnapshot
     gpus: Mapping[str, GpuSpec] = attrs.field(converter=_mapping, hash=False)
     models: Mapping[str, ModelSpec] = attrs.field(converter=_mapping, hash=False)
-    deadline_s: float = attrs.field(validator=_finite)
+    deadline_s: float = attrs.field(validator=finite)
     budget: Any = attrs.field(default=None, hash=False)
     dag: Any = attrs.field(default=None, hash=False)
     mechanisms: tuple[Any, ...] = attrs.field(default=(), converter=_any_tuple, hash=False)
     incumbent: Ladder | None = None
     feedback: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
-    round: int = attrs.field(default=0, validator=_non_negative_int)
-    max_candidates: int = attrs.field(default=8, validator=_positive_int)
+    round: int = attrs.field(default=0, validator=non_negative_int)
+    max_candidates: int = attrs.field(default=8, validator=positive_int)
 
 
 @attrs.frozen

@@ -7,18 +7,9 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
+from koi.types._validate import non_negative, positive
 
 __all__ = ["LlmConfig"]
-
-
-def _positive(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1e18:
-        raise InvalidInput(f"{attribute.name}: must be > 0, got {value!r}")
-
-
-def _non_negative(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1e18:
-        raise InvalidInput(f"{attribute.name}: must be >= 0, got {value!r}")
 
 
 def _count(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -39,9 +30,9 @@ class LlmConfig:
     """
 
     api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = attrs.field(default=20.0, validator=_positive)
+    timeout_s: float = attrs.field(default=20.0, validator=positive)
     max_candidates: int = attrs.field(default=4, validator=_count)
-    temperature: float = attrs.field(default=0.0, validator=_non_negative)
+    temperature: float = attrs.field(default=0.0, validator=non_negative)
     max_tokens: int = attrs.field(default=2048, validator=_count)
     max_reply_bytes: int = attrs.field(default=1_000_000, validator=_count)
     max_text_chars: int = attrs.field(default=4000, validator=_count)

@@ -5,20 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
-from typing import Any
 
 import attrs
 import numpy as np
 
 from koi.errors import InvalidInput
 from koi.risk._config import RiskConfig
+from koi.types._validate import finite
 
 __all__ = ["RiskBand", "band"]
-
-
-def _finite(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not (isinstance(value, float) and math.isfinite(value)):
-        raise InvalidInput(f"{attribute.name}: must be a finite number, got {value!r}")
 
 
 @attrs.frozen
@@ -29,9 +24,9 @@ class RiskBand:
     residual quantiles above zero.
     """
 
-    lower: float = attrs.field(converter=float, validator=_finite)
-    upper: float = attrs.field(converter=float, validator=_finite)
-    center: float = attrs.field(converter=float, validator=_finite)
+    lower: float = attrs.field(converter=float, validator=finite)
+    upper: float = attrs.field(converter=float, validator=finite)
+    center: float = attrs.field(converter=float, validator=finite)
 
     def __attrs_post_init__(self) -> None:
         if self.lower > self.upper:

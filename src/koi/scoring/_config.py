@@ -8,18 +8,9 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
+from koi.types._validate import non_negative, positive
 
 __all__ = ["ScoringConfig"]
-
-
-def _non_negative(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-        raise InvalidInput(f"{attribute.name}: must be a finite number >= 0, got {value!r}")
-
-
-def _positive(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise InvalidInput(f"{attribute.name}: must be a finite number > 0, got {value!r}")
 
 
 def _rho(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -62,29 +53,29 @@ class ScoringConfig:
     """
 
     rho: float = attrs.field(default=5e-3, validator=_rho)
-    violation_slope: float = attrs.field(default=4.0, validator=_non_negative)
-    max_ratio: float = attrs.field(default=100.0, validator=_positive)
-    batch_ttft_scale_ms: float = attrs.field(default=30_000.0, validator=_positive)
-    batch_tpot_scale_ms: float = attrs.field(default=200.0, validator=_positive)
-    min_required_tok_s: float = attrs.field(default=1.0, validator=_positive)
-    deferral_gap: float = attrs.field(default=20.0, validator=_positive)
-    online_deferral_factor: float = attrs.field(default=4.0, validator=_positive)
-    batch_deferral_factor: float = attrs.field(default=0.5, validator=_positive)
-    batch_urgency_horizon_s: float = attrs.field(default=1800.0, validator=_positive)
-    priority_step: float = attrs.field(default=0.5, validator=_non_negative)
-    gamma: float = attrs.field(default=2.0, validator=_non_negative)
-    lambda_switch: float = attrs.field(default=1.0, validator=_non_negative)
-    beta: float = attrs.field(default=0.2, validator=_non_negative)
-    omega_m: float = attrs.field(default=0.5, validator=_non_negative)
-    usd_per_score_unit: float = attrs.field(default=10.0, validator=_positive)
-    load_gb_s: float = attrs.field(default=2.0, validator=_positive)
+    violation_slope: float = attrs.field(default=4.0, validator=non_negative)
+    max_ratio: float = attrs.field(default=100.0, validator=positive)
+    batch_ttft_scale_ms: float = attrs.field(default=30_000.0, validator=positive)
+    batch_tpot_scale_ms: float = attrs.field(default=200.0, validator=positive)
+    min_required_tok_s: float = attrs.field(default=1.0, validator=positive)
+    deferral_gap: float = attrs.field(default=20.0, validator=positive)
+    online_deferral_factor: float = attrs.field(default=4.0, validator=positive)
+    batch_deferral_factor: float = attrs.field(default=0.5, validator=positive)
+    batch_urgency_horizon_s: float = attrs.field(default=1800.0, validator=positive)
+    priority_step: float = attrs.field(default=0.5, validator=non_negative)
+    gamma: float = attrs.field(default=2.0, validator=non_negative)
+    lambda_switch: float = attrs.field(default=1.0, validator=non_negative)
+    beta: float = attrs.field(default=0.2, validator=non_negative)
+    omega_m: float = attrs.field(default=0.5, validator=non_negative)
+    usd_per_score_unit: float = attrs.field(default=10.0, validator=positive)
+    load_gb_s: float = attrs.field(default=2.0, validator=positive)
     load_gb_s_by_gpu: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_bandwidths)
-    warmup_s: float = attrs.field(default=60.0, validator=_non_negative)
-    drain_s: float = attrs.field(default=30.0, validator=_non_negative)
-    lost_request_fraction: float = attrs.field(default=0.1, validator=_non_negative)
-    usd_per_lost_request: float = attrs.field(default=0.01, validator=_non_negative)
-    transient_s: float = attrs.field(default=300.0, validator=_non_negative)
-    breach_usd_multiplier: float = attrs.field(default=3.0, validator=_non_negative)
+    warmup_s: float = attrs.field(default=60.0, validator=non_negative)
+    drain_s: float = attrs.field(default=30.0, validator=non_negative)
+    lost_request_fraction: float = attrs.field(default=0.1, validator=non_negative)
+    usd_per_lost_request: float = attrs.field(default=0.01, validator=non_negative)
+    transient_s: float = attrs.field(default=300.0, validator=non_negative)
+    breach_usd_multiplier: float = attrs.field(default=3.0, validator=non_negative)
 
     def __attrs_post_init__(self) -> None:
         for gpu, bw in self.load_gb_s_by_gpu:

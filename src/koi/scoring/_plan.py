@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Iterable, Mapping
 
 import attrs
@@ -10,34 +9,20 @@ import attrs
 from koi.errors import InvalidInput
 from koi.scoring._config import ScoringConfig
 from koi.scoring._explore import exploration_value
+from koi.types._validate import finite, fraction, non_negative
 
 __all__ = ["JobTerms", "candidate_value", "plan_score"]
 
 _DEFAULT = ScoringConfig()
 
 
-def _finite(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not math.isfinite(value):
-        raise InvalidInput(f"{attribute.name}: must be finite, got {value!r}")
-
-
-def _probability(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not 0.0 <= value <= 1.0:
-        raise InvalidInput(f"{attribute.name}: must be in [0, 1], got {value!r}")
-
-
-def _non_negative(_inst: object, attribute: attrs.Attribute[float], value: float) -> None:
-    if not (math.isfinite(value) and value >= 0):
-        raise InvalidInput(f"{attribute.name}: must be >= 0, got {value!r}")
-
-
 @attrs.frozen
 class JobTerms:
     """One job's terms in ``Φ``: its score ``J_i``, breach probability and switching score."""
 
-    j: float = attrs.field(validator=_finite)
-    breach_probability: float = attrs.field(default=0.0, validator=_probability)
-    switch_score: float = attrs.field(default=0.0, validator=_non_negative)
+    j: float = attrs.field(validator=finite)
+    breach_probability: float = attrs.field(default=0.0, validator=fraction)
+    switch_score: float = attrs.field(default=0.0, validator=non_negative)
 
 
 def candidate_value(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Any
 
@@ -11,6 +10,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types import ActionKind, ClusterSnapshot
+from koi.types._validate import finite, non_negative, non_negative_int, positive_int
 
 __all__ = [
     "Candidate",
@@ -34,27 +34,6 @@ def _opt_int_map(value: Any) -> dict[str, int] | None:
     return None if value is None else _int_map(value)
 
 
-def _finite(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidInput(f"{attribute.name}: must be a finite number, got {value!r}")
-
-
-def _non_negative(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    _finite(_inst, attribute, value)
-    if value < 0:
-        raise InvalidInput(f"{attribute.name}: must be >= 0, got {value!r}")
-
-
-def _non_negative_int(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInput(f"{attribute.name}: must be an integer >= 0, got {value!r}")
-
-
-def _positive_int(_inst: object, attribute: attrs.Attribute[Any], value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidInput(f"{attribute.name}: must be an integer >= 1, got {value!r}")
-
-
 def _to_action(value: Any) -> ActionKind:
     try:
         return ActionKind(value)
@@ -75,13 +54,13 @@ class SelectorConfig:
     given ``lp_fix_time_share`` of the remaining time); its plan warm-starts the full MILP.
     """
 
-    time_limit_s: float = attrs.field(default=5.0, validator=_non_negative)
-    mip_rel_gap: float = attrs.field(default=1e-3, validator=_non_negative)
+    time_limit_s: float = attrs.field(default=5.0, validator=non_negative)
+    mip_rel_gap: float = attrs.field(default=1e-3, validator=non_negative)
     make_before_break: bool = True
     prune_dominated: bool = True
     lp_fix: bool = True
-    lp_fix_min_candidates: int = attrs.field(default=2000, validator=_non_negative_int)
-    lp_fix_time_share: float = attrs.field(default=0.3, validator=_non_negative)
+    lp_fix_min_candidates: int = attrs.field(default=2000, validator=non_negative_int)
+    lp_fix_time_share: float = attrs.field(default=0.3, validator=non_negative)
 
 
 def _frozen_items(items: Iterable[Hashable]) -> frozenset[Hashable]:
@@ -101,7 +80,7 @@ class Candidate:
     job_id: str
     key: str
     kind: ActionKind = attrs.field(converter=_to_action)
-    value: float = attrs.field(validator=_finite)
+    value: float = attrs.field(validator=finite)
     gpus_by_pool: Mapping[str, int] = attrs.field(factory=dict, converter=_int_map)
     covers: frozenset[Hashable] = attrs.field(default=frozenset(), converter=_frozen_items)
     changes: bool = False
@@ -119,9 +98,9 @@ class PoolCapacity:
     """Capacity of one pool in GPUs (instances × GPUs per instance), counting GPUs held now."""
 
     pool_id: str
-    capacity_gpus: int = attrs.field(validator=_non_negative_int)
-    gpus_per_instance: int = attrs.field(default=1, validator=_positive_int)
-    price_usd_per_h: float = attrs.field(default=0.0, validator=_non_negative)
+    capacity_gpus: int = attrs.field(validator=non_negative_int)
+    gpus_per_instance: int = attrs.field(default=1, validator=positive_int)
+    price_usd_per_h: float = attrs.field(default=0.0, validator=non_negative)
     gpu_type: str = ""
 
 
