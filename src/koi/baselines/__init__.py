@@ -25,6 +25,7 @@ from koi.baselines._perjob import PerJob
 from koi.baselines._queue import BestFixed, QueueFirstFit, edf_key, fcfs_key
 from koi.baselines._registry import (
     DEFAULT_PLANNERS,
+    EXTRA_PLANNERS,
     LLM_PLANNERS,
     PLANNERS,
     REFERENCE,
@@ -35,6 +36,7 @@ from koi.baselines._thompson import ArmPosterior, Thompson
 
 __all__ = [
     "DEFAULT_PLANNERS",
+    "EXTRA_PLANNERS",
     "LLM_PLANNERS",
     "PLANNERS",
     "REFERENCE",

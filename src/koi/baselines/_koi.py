@@ -37,7 +37,8 @@ class KoiPolicy:
 
     ``calibration`` holds, per tick: the mean edge uncertainty, the Q1 rate, the evidence
     coverage, ε and the band's empirical coverage, β, λ, the swap budget, the number of
-    admitted mechanisms, and whether the tick fell back to the safe plan.
+    admitted mechanisms, whether the tick fell back to the safe plan, and the tick's stage
+    timings (where planning time goes).
     """
 
     def __init__(self, planner: Planner) -> None:
@@ -62,6 +63,7 @@ class KoiPolicy:
                 "lambda": _num(kn.get("lambda")),
                 "swap_budget": _num(kn.get("swap_budget")),
                 "fallback": bool(result.fallback),
+                "timings_s": {k: float(v) for k, v in result.timings_s.items()},
                 "errors": len(result.errors),
             }
         )

@@ -16,7 +16,15 @@ from koi.baselines._queue import BestFixed, QueueFirstFit, edf_key, fcfs_key
 from koi.baselines._thompson import Thompson
 from koi.errors import InvalidInput
 
-__all__ = ["DEFAULT_PLANNERS", "LLM_PLANNERS", "PLANNERS", "REFERENCE", "STOCHASTIC", "make_policy"]
+__all__ = [
+    "DEFAULT_PLANNERS",
+    "EXTRA_PLANNERS",
+    "LLM_PLANNERS",
+    "PLANNERS",
+    "REFERENCE",
+    "STOCHASTIC",
+    "make_policy",
+]
 
 #: Every built-in planner, in table order: koi, its ablations, the baselines, the oracle.
 PLANNERS: tuple[str, ...] = (
@@ -34,10 +42,13 @@ PLANNERS: tuple[str, ...] = (
 )
 #: ``koi bench``'s default set: every non-LLM planner, the oracle as the reference ceiling.
 DEFAULT_PLANNERS: tuple[str, ...] = PLANNERS
+#: Extra reference planners, not in the default set: ``oracle-koi`` is koi's own planner with
+#: the truth as its step model (a second ceiling that also reacts to telemetry).
+EXTRA_PLANNERS: tuple[str, ...] = ("oracle-koi",)
 #: Planners that draw random numbers (their seed is the run's seed).
 STOCHASTIC: frozenset[str] = frozenset({"thompson", "evolutionary"})
 #: Reference planners that may see the truth; never competitors.
-REFERENCE: frozenset[str] = frozenset({"oracle"})
+REFERENCE: frozenset[str] = frozenset({"oracle", "oracle-koi"})
 #: LLM planners of the paper; they need an LLM plugin and are not built in.
 LLM_PLANNERS: tuple[str, ...] = ("llm-only", "llm-agent")
 
@@ -65,6 +76,18 @@ def make_policy(
         from koi.planner import Planner
 
         return KoiPolicy(Planner(config=koi_config(name), catalog=cat, name=name))
+    if name in REFERENCE and world is None:
+        raise InvalidInput(f"{name}: needs the world (koi.sim.build_world(scenario, seed=...))")
+    if name == "oracle-koi":
+        from koi.baselines._oracle import TruthProfiles
+        from koi.planner import Planner
+        from koi.sim._truth import TruthModel
+        from koi.surrogate import Surrogate
+
+        truth = TruthModel(world.seed, world.cfg.truth)
+        base = koi_config("koi")
+        surrogate = Surrogate(gpus, models, base.surrogate, profiles=TruthProfiles(truth))
+        return KoiPolicy(Planner(config=base, catalog=cat, surrogate=surrogate, name=name))
     if name == "oracle":
         if world is None:
             raise InvalidInput("oracle: needs the world (koi.sim.build_world(scenario, seed=...))")
@@ -104,4 +127,5 @@ def make_policy(
         return Evolutionary(tk, rng, cfg)
     if name in LLM_PLANNERS:
         raise InvalidInput(f"planner {name!r}: needs an LLM plugin (not configured)")
-    raise InvalidInput(f"planner: unknown {name!r}; choose from {', '.join(PLANNERS)}")
+    known = ", ".join((*PLANNERS, *EXTRA_PLANNERS))
+    raise InvalidInput(f"planner: unknown {name!r}; choose from {known}")

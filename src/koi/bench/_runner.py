@@ -132,13 +132,14 @@ def aggregate(runs: Sequence[Mapping[str, Any]], planners: Sequence[str]) -> dic
 
 
 def _check_planners(planners: Sequence[str]) -> None:
-    from koi.baselines import LLM_PLANNERS, PLANNERS
+    from koi.baselines import EXTRA_PLANNERS, LLM_PLANNERS, PLANNERS
 
+    known = (*PLANNERS, *EXTRA_PLANNERS)
     for p in planners:
         if p in LLM_PLANNERS:
             raise InvalidInput(f"--planners: {p!r} needs an LLM plugin, none is configured")
-        if p not in PLANNERS:
-            raise InvalidInput(f"--planners: unknown planner {p!r}; choose from {list(PLANNERS)}")
+        if p not in known:
+            raise InvalidInput(f"--planners: unknown planner {p!r}; choose from {list(known)}")
 
 
 def run_bench(
@@ -168,7 +169,7 @@ def run_bench(
     name = load_scenario(scenario).name  # fail early on a bad scenario
     out = str(out_dir) if out_dir is not None else None
     tasks = [(p, s) for p in planners for s in range(seeds)]
-    tasks.sort(key=lambda t: (not t[0].startswith("koi"), t[0] != "oracle"))
+    tasks.sort(key=lambda t: ("koi" not in t[0], t[0] != "oracle"))
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
     t0 = time.perf_counter()
     runs: list[dict[str, Any]] = []

@@ -61,7 +61,9 @@ def _run(args: argparse.Namespace) -> int:
         verbose=args.verbose,
     )
     data = result.to_dict()
-    data["command"] = "koi bench " + " ".join(sys.argv[2:]) if len(sys.argv) > 1 else "koi bench"
+    data["command"] = (
+        f"koi bench --scenario {args.scenario} --seeds {args.seeds} --planners {','.join(planners)}"
+    )
     (out / "results.json").write_text(json.dumps(data, indent=2))
     if not args.no_plots:
         write_report(result, out)
