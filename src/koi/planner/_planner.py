@@ -105,6 +105,7 @@ class Planner:
         self.host = PluginHost(pm)
         self.books = BudgetBooks(self.config.budget)
         self._uncertainty_memo: dict[Chain | None, object] = {}
+        self._reference_costs: dict[object, float] = {}
         self.state_path = Path(state_path) if state_path is not None else None
         if self.state_path is not None and self.state_path.exists():
             data = load_checkpoint(self.state_path)
@@ -272,6 +273,16 @@ class Planner:
             return state
         return attrs.evolve(state, mechanisms=tuple(mechanisms))
 
+    def _reference_cost(self, job: Job, snapshot: ClusterSnapshot) -> float:
+        """The job's cost scale, memoized per workload and fleet shape (it is a property of the
+        hardware on offer, not of the tick)."""
+        key = (job.model, job.job_class, job.workload, tuple(p.id for p in snapshot.pools))
+        hit = self._reference_costs.get(key)
+        if hit is None:
+            hit = reference_cost(job, snapshot, self.proposer, self.gpus)
+            self._reference_costs[key] = hit
+        return hit
+
     def _stratum_uncertainty(self, chain: Chain) -> float:
         """Mean edge uncertainty U of the chain's stratum (1 where nothing was learned)."""
         evidence = self._evidence
@@ -300,7 +311,7 @@ class Planner:
         cfg = self.config
         running = [j for j in snapshot.jobs if j.is_online or j.remaining_requests > 0]
         finished = [j for j in snapshot.jobs if j not in running]
-        refs = {j.id: reference_cost(j, snapshot, self.proposer, self.gpus) for j in running}
+        refs = {j.id: self._reference_cost(j, snapshot) for j in running}
         books = self._budget_books(snapshot, running, refs, errors)
         lap("S4_books")
         evaluator = Evaluator(
