@@ -15,24 +15,10 @@ import attrs
 
 from koi.baselines._common import Toolkit, base_actions, safe_plan
 from koi.errors import KoiError
-from koi.selector import Candidate, PoolCapacity, SelectionProblem, greedy, select
+from koi.selector import Candidate, SelectionProblem, greedy, pool_capacities, select
 from koi.types import ActionKind, ClusterSnapshot, Job, JobAction, Ladder, Observation, Plan
 
-__all__ = ["RollingMilp", "capacities"]
-
-
-def capacities(snapshot: ClusterSnapshot) -> list[PoolCapacity]:
-    """The snapshot's pools as the selector's capacities."""
-    return [
-        PoolCapacity(
-            pool_id=p.id,
-            capacity_gpus=p.capacity_gpus,
-            gpus_per_instance=p.environment.gpus_per_instance,
-            price_usd_per_h=p.environment.price_usd_per_h,
-            gpu_type=p.environment.gpu,
-        )
-        for p in snapshot.pools
-    ]
+__all__ = ["RollingMilp"]
 
 
 @attrs.define
@@ -98,7 +84,7 @@ class RollingMilp:
             return safe_plan(snapshot, actions, tk.surrogate)
         problem = SelectionProblem(
             candidates=candidates,
-            pools=capacities(snapshot),
+            pools=pool_capacities(snapshot),
             priority={j.id: j.priority for j in snapshot.jobs},
             held_gpus={a.job_id: a.ladder.gpus_by_pool() for a in snapshot.active},
         )

@@ -14,12 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import attrs
-import numpy as np
 
 from koi.baselines._common import Toolkit
 from koi.baselines._milp import RollingMilp
-from koi.sim import Event, EventKind, Scenario
-from koi.sim._truth import TruthModel, stable_seed
+from koi.sim import Event, EventKind, Scenario, TruthModel, event_rng
 from koi.surrogate import Surrogate
 from koi.surrogate.replay import StepTimeModel
 from koi.types import (
@@ -97,7 +95,7 @@ class Oracle(RollingMilp):
             self._next += 1
             if e.kind is EventKind.DRIVER_UPDATE and e.gpu is not None:
                 # The same generator the world uses for event k, so the same speed is drawn.
-                rng = np.random.default_rng([self._seed, stable_seed("event", k)])
+                rng = event_rng(self._seed, k)
                 self._truth.driver_update(e.gpu, rng, engine=e.engine, speed=e.speed)
                 changed = True
             elif e.kind is EventKind.WORKLOAD_DRIFT and e.job is not None:

@@ -81,7 +81,7 @@ def make_policy(
     if name == "oracle-koi":
         from koi.baselines._oracle import TruthProfiles
         from koi.planner import Planner
-        from koi.sim._truth import TruthModel
+        from koi.sim import TruthModel
         from koi.surrogate import Surrogate
 
         truth = TruthModel(world.seed, world.cfg.truth)
@@ -92,7 +92,7 @@ def make_policy(
         if world is None:
             raise InvalidInput("oracle: needs the world (koi.sim.build_world(scenario, seed=...))")
         from koi.baselines._oracle import Oracle
-        from koi.sim._truth import TruthModel
+        from koi.sim import TruthModel
 
         return Oracle(
             gpus=gpus,

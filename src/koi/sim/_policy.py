@@ -45,7 +45,8 @@ class Policy(Protocol):
     observations of the window that just ended; its wall time is the tick's planning time.
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan: ...
 
