@@ -33,6 +33,8 @@ class PlannerConfig:
     ``preemption_horizon_s`` is the horizon over which a spot rank's preemption counts as risk.
     ``replay_top`` changes per job (best first, plus the keep ladder) are re-predicted with the
     replay engine after the closed-form screen; the rest keep their screened prediction.
+    An online job whose observed request rate exceeds its declared rate by more than
+    ``drift_tolerance`` is planned for the observed rate (workload drift).
     ``decide_after`` quiet CUSUM samples make a variable "match" for the quadrants.
     ``learning`` and ``causal_graph`` exist for the ablations: without learning the evidence
     state never changes (``koi-frozen``); without the causal graph there are no strata, no
@@ -49,6 +51,7 @@ class PlannerConfig:
     preemption_horizon_s: float = attrs.field(default=1800.0, validator=positive)
     decide_after: int = attrs.field(default=4, validator=positive_int)
     replay_top: int = attrs.field(default=1, validator=non_negative_int)
+    drift_tolerance: float = attrs.field(default=0.15, validator=fraction)
     learning: bool = True
     causal_graph: bool = True
 

@@ -227,3 +227,19 @@ def test_garbage_telemetry_is_skipped_with_a_warning() -> None:
         result = planner.tick(world.snapshot())
     assert not result.fallback
     assert any("noisy-telemetry" in e for e in result.errors)
+
+
+def test_workload_drift_seen_in_telemetry_resizes_the_job() -> None:
+    """The snapshot keeps the declared rate; telemetry shows 3x the traffic."""
+    world = World([chat_job(rate=4.0)], pools(gpus=("L40S",), per_pool=8), truth=lambda _c: SLOW)
+    planner = Planner(catalog=CATALOG)
+    result = planner.tick(world.snapshot())
+    world.apply(result.plan)
+    before = world.active["chat"].ladder.replicas
+    busier = [
+        attrs.evolve(o, requests=o.requests * 3, completed=o.completed * 3) for o in world.advance()
+    ]
+    result = planner.tick(world.snapshot(), busier)
+    after = result.plan.action("chat").ladder.replicas
+    assert result.plan.action("chat").kind is ActionKind.RECONFIGURE
+    assert after > before

@@ -106,6 +106,7 @@ class Planner:
         self.books = BudgetBooks(self.config.budget)
         self._uncertainty_memo: dict[Chain | None, object] = {}
         self._reference_costs: dict[object, float] = {}
+        self._observed_rates: dict[str, float] = {}
         self.state_path = Path(state_path) if state_path is not None else None
         if self.state_path is not None and self.state_path.exists():
             data = load_checkpoint(self.state_path)
@@ -171,6 +172,7 @@ class Planner:
                     state = self._admit_mechanisms(state, learned, errors)
             self._evidence = state.evidence
             lap("S2_S3_learn")
+            self._observed_rates.update(_observed_rates(obs))
             result = self._plan(snapshot, state, learned, errors, timings, lap)  # S4–S6
         except KoiError as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
@@ -273,6 +275,17 @@ class Planner:
             return state
         return attrs.evolve(state, mechanisms=tuple(mechanisms))
 
+    def _with_observed_rate(self, job: Job) -> Job:
+        """Plan an online job for the traffic it really carries when that exceeds its declared
+        rate: workload drift shows only in telemetry, and the declaration stays the floor."""
+        observed = self._observed_rates.get(job.id)
+        declared = job.workload.rate_rps
+        if not job.is_online or observed is None or declared is None:
+            return job
+        if observed <= declared * (1 + self.config.planner.drift_tolerance):
+            return job
+        return attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=observed))
+
     def _reference_cost(self, job: Job, snapshot: ClusterSnapshot) -> float:
         """The job's cost scale, memoized per workload and fleet shape (it is a property of the
         hardware on offer, not of the tick)."""
@@ -309,8 +322,8 @@ class Planner:
         lap: Any,
     ) -> TickResult:
         cfg = self.config
-        running = [j for j in snapshot.jobs if j.is_online or j.remaining_requests > 0]
-        finished = [j for j in snapshot.jobs if j not in running]
+        finished = [j for j in snapshot.jobs if not (j.is_online or j.remaining_requests > 0)]
+        running = [self._with_observed_rate(j) for j in snapshot.jobs if j not in finished]
         refs = {j.id: self._reference_cost(j, snapshot) for j in running}
         books = self._budget_books(snapshot, running, refs, errors)
         lap("S4_books")
@@ -554,6 +567,17 @@ class Planner:
         }
         self.host.plan_committed(plan, report)
         return state
+
+
+def _observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
+    """Requests per second each job's ranks received in the last window."""
+    requests: dict[str, int] = {}
+    span: dict[str, tuple[float, float]] = {}
+    for o in observations:
+        requests[o.job_id] = requests.get(o.job_id, 0) + o.requests
+        lo, hi = span.get(o.job_id, (o.start_s, o.end_s))
+        span[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
+    return {j: n / (span[j][1] - span[j][0]) for j, n in requests.items() if n > 0}
 
 
 def _checked_observations(observations: Sequence[Observation]) -> list[Observation]:
