@@ -26,6 +26,7 @@ from koi.types import (
     Observation,
     Outcome,
     Rank,
+    ServingTarget,
 )
 
 from ._world import CATALOG, World, chat_job, pools
@@ -243,3 +244,16 @@ def test_workload_drift_seen_in_telemetry_resizes_the_job() -> None:
     after = result.plan.action("chat").ladder.replicas
     assert result.plan.action("chat").kind is ActionKind.RECONFIGURE
     assert after > before
+
+
+def test_a_fleet_whose_jobs_all_finished_gets_stop_actions() -> None:
+    done = attrs.evolve(
+        chat_job(),
+        job_class="batch",
+        workload=attrs.evolve(chat_job().workload, rate_rps=None, total_requests=10),
+        target=ServingTarget.batch(deadline_s=3600.0),
+        completed_requests=10,
+    )
+    result = Planner(catalog=CATALOG).tick(ClusterSnapshot(0.0, [done], pools()))
+    assert not result.fallback, result.errors
+    assert result.plan.action(done.id).kind is ActionKind.STOP

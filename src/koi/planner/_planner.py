@@ -382,14 +382,18 @@ class Planner:
                 mine[ladder] = again
         lap("S5_replay")
         problem = self._problem(snapshot, state, running, evaluated, evaluator)
-        selection = select(
-            problem,
-            time_limit_s=cfg.planner.solver_time_limit_s,
-            mip_rel_gap=cfg.planner.solver_gap,
-            cfg=cfg.selector,
-        )
+        if running:
+            selection = select(
+                problem,
+                time_limit_s=cfg.planner.solver_time_limit_s,
+                mip_rel_gap=cfg.planner.solver_gap,
+                cfg=cfg.selector,
+            )
+            status, objective, gap = selection.status.value, selection.objective, selection.gap
+            chosen, binding = dict(selection.chosen), selection.binding
+        else:  # every job finished: nothing to choose
+            status, objective, gap, chosen, binding = "empty", 0.0, 0.0, {}, ()
         lap("S6_select")
-        chosen = dict(selection.chosen)
         actions: list[JobAction] = [
             JobAction(j.id, ActionKind.STOP, Ladder(), "finished") for j in finished
         ]
@@ -405,15 +409,15 @@ class Planner:
         plan = Plan(
             time_s=snapshot.time_s,
             actions=tuple(sorted(actions, key=lambda a: a.job_id)),
-            diagnostics={"selector": selection.status.value, "gap": selection.gap},
+            diagnostics={"selector": status, "gap": gap},
         )
         return TickResult(
             plan=plan,
             candidates=tuple(reports),
-            selector_status=selection.status.value,
-            objective=selection.objective,
-            gap=selection.gap,
-            binding=selection.binding,
+            selector_status=status,
+            objective=objective,
+            gap=gap,
+            binding=binding,
             knobs=self._knobs(state, problem.swap_budget),
             errors=tuple(errors),
             evidence={

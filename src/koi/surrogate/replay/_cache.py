@@ -177,9 +177,16 @@ class CachedStepModel:
         s1 = nd[1] + c * nd[11]
         total = (s0 if s0 > s1 else s1) + nd[2] + c * nd[12] + nd[3] + c * nd[13] + nd[4]
         total += c * nd[14]
-        if not total > 0.0:
-            raise InvalidInput(f"step_model: an iteration must take > 0 s, got {total!r}")
+        if not total > 0.0:  # far outside the probed range the affine fit can go negative
+            return self._exact(0, 0.0, n, c)
         return (total, s0, s1, nd[2] + c * nd[12], nd[3] + c * nd[13], nd[4] + c * nd[14])
+
+    def _exact(self, t: int, p: float, n: int, c: float) -> StepTuple:
+        """The model itself, where the affine cache cannot be trusted."""
+        st = self.model.step(
+            prefill_tokens=t, prefill_pairs=float(p), decode_seqs=n, decode_context_tokens=round(c)
+        )
+        return _check(st)
 
     def _affine(self, t: int, p: float, n: int, c: float) -> StepTuple:
         # Bilinear in (prefill tokens, decode seqs) between grid nodes, affine in (p, c).
@@ -208,8 +215,8 @@ class CachedStepModel:
         s3 = g[3] + p * g[8] + c * g[13]
         s4 = g[4] + p * g[9] + c * g[14]
         total = (s0 if s0 > s1 else s1) + s2 + s3 + s4
-        if not total > 0.0:
-            raise InvalidInput(f"step_model: an iteration must take > 0 s, got {total!r}")
+        if not total > 0.0 or min(s0, s1, s2, s3, s4) < 0.0:
+            return self._exact(t, p, n, c)  # the interpolation left the model's valid range
         return (total, s0, s1, s2, s3, s4)
 
     # -- bucket mode ----------------------------------------------------------------------
