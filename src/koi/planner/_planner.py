@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 import pluggy
@@ -319,7 +318,7 @@ class Planner:
         learned: LearnReport,
         errors: list[str],
         timings: dict[str, float],
-        lap: Any,
+        lap: Callable[[str], None],
     ) -> TickResult:
         cfg = self.config
         finished = [j for j in snapshot.jobs if not (j.is_online or j.remaining_requests > 0)]

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from koi.beliefs import EvidenceStore, Stratum
+from koi.beliefs import EvidenceStore
 from koi.calibration import CalibrationState
 from koi.cusum import CusumConfig, Detector
 from koi.dag import Mechanism
@@ -55,16 +55,6 @@ class PlannerState:
     ledger: Mapping[tuple[str, Chain], LedgerEntry] = attrs.field(factory=dict)
     tick: int = 0
     last_time_s: float | None = None
-
-    def detector(self, key: DetectorKey, cfg: CusumConfig) -> Detector:
-        found = self.detectors.get(key)
-        return found if found is not None else Detector(cfg=cfg)
-
-    def mechanism_confidence(self, mechanism_id: str) -> float:
-        for m in self.mechanisms:
-            if m.id == mechanism_id:
-                return m.belief.confidence
-        return 0.0
 
     # ---- checkpoint body ------------------------------------------------------------------
     def to_data(self) -> dict[str, Any]:
@@ -120,7 +110,3 @@ class PlannerState:
             )
         except (KeyError, TypeError, ValueError, InvalidInput, KoiError) as exc:
             raise StateError(f"checkpoint state is malformed: {exc!r}") from None
-
-
-def stratum_key(stratum: Stratum) -> str:
-    return stratum.key
