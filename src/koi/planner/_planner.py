@@ -50,6 +50,7 @@ from koi.types import (
 __all__ = ["Planner"]
 
 DEFAULT_PROPOSER = "koi.default_proposer"
+_RATE_STEP = 1.05
 
 
 class Planner:
@@ -283,7 +284,9 @@ class Planner:
             return job
         if observed <= declared * (1 + self.config.planner.drift_tolerance):
             return job
-        return attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=observed))
+        # On a 5 % grid, so that a drifted job's screens and sizings stay cached across ticks.
+        rate = declared * _RATE_STEP ** math.ceil(math.log(observed / declared, _RATE_STEP))
+        return attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=rate))
 
     def _reference_cost(self, job: Job, snapshot: ClusterSnapshot) -> float:
         """The job's cost scale, memoized per workload and fleet shape (it is a property of the
@@ -323,7 +326,8 @@ class Planner:
         cfg = self.config
         finished = [j for j in snapshot.jobs if not (j.is_online or j.remaining_requests > 0)]
         running = [self._with_observed_rate(j) for j in snapshot.jobs if j not in finished]
-        refs = {j.id: self._reference_cost(j, snapshot) for j in running}
+        # The cost scale is a property of the declared workload and the hardware on offer.
+        refs = {j.id: self._reference_cost(snapshot.job(j.id), snapshot) for j in running}
         books = self._budget_books(snapshot, running, refs, errors)
         lap("S4_books")
         evaluator = Evaluator(
