@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from koi.testing.fakes import example_gpus
 from koi.types import (
     Chain,
     Config,
@@ -15,19 +16,7 @@ from koi.types import (
     WorkloadProfile,
 )
 
-H100 = GpuSpec(
-    name="H100-SXM",
-    vendor="nvidia",
-    memory_gib=80.0,
-    hbm_tb_s=3.35,
-    bf16_tflops=989.0,
-    fp8_tflops=1979.0,
-    int4_tflops=None,
-    link="nvlink",
-    link_gb_s=450.0,
-    gpus_per_node=8,
-    internode_gb_s=50.0,
-)
+H100 = example_gpus()["H100-SXM"]
 L40S = GpuSpec(
     name="L40S",
     vendor="nvidia",

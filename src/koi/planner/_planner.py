@@ -348,6 +348,7 @@ class Planner:
             if job.id in current:
                 mine[current[job.id]] = evaluator.evaluate(job, current[job.id], key="keep")
         feedback: dict[str, tuple[str, ...]] = {}
+        dag_view = self.dag.view()  # one read-only view per tick, shared by every proposal
         for rnd in range(cfg.planner.search_rounds):
             asked = [j for j in running if rnd == 0 or _needs_another_round(evaluated[j.id])]
             if not asked:
@@ -359,7 +360,7 @@ class Planner:
                     models=self.models,
                     deadline_s=time.monotonic() + cfg.planner.proposer_timeout_s,
                     budget=books.get(job.id),
-                    dag=self.dag.view(confidence=None),
+                    dag=dag_view,
                     mechanisms=tuple(state.mechanisms),
                     incumbent=current.get(job.id),
                     feedback=feedback.get(job.id, ()),

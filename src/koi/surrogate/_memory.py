@@ -118,17 +118,11 @@ def feasibility(
         reason = f"weights {weights * n:.0f} GiB > {n} × {usable:.0f} GiB usable"
         if kv_gib > 0:
             reason += f" less {cfg.kv_headroom_frac:.0%} KV headroom"
-        return Feasibility(
-            ok=False,
-            reason=reason,
-            weights_gib=weights,
-            usable_gib=usable,
-            kv_capacity_tokens=kv_tokens,
-            max_seqs=0,
-            memory_pressure=pressure,
-        )
-    if kv_tokens < cfg.min_kv_tokens:
+    elif kv_tokens < cfg.min_kv_tokens:
         reason = f"KV cache holds {kv_tokens} tokens < {cfg.min_kv_tokens} required"
+    else:
+        reason = ""
+    if reason:
         return Feasibility(
             ok=False,
             reason=reason,
