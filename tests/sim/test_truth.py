@@ -131,3 +131,15 @@ def test_a_reference_planner_can_rebuild_the_worlds_truth(catalog: Catalog) -> N
     drawn = copy.driver_update("L4", event_rng(world.seed, 0))
     again = TruthModel(world.seed).driver_update("L4", event_rng(world.seed, 0))
     assert drawn == again
+
+
+def test_world_engines_schedule_as_documented() -> None:
+    """Only speed is hidden: an SGLang chain runs prefill-first in the world too."""
+    from koi.sim import build_world
+    from koi.types import Chain
+
+    world = build_world("smoke", seed=0)
+    env = world.pools()[0].environment
+    for engine, mixed in (("vllm", True), ("sglang", False)):
+        chain = Chain("Llama-3.1-8B", env, Config(engine=engine))
+        assert world._spec(chain, 1.0).mixed_prefill is mixed

@@ -10,6 +10,7 @@ from _specs import gpus, models
 
 from koi.errors import InvalidInput
 from koi.surrogate import (
+    EngineProfile,
     OperatorModel,
     RankCorrection,
     Surrogate,
@@ -266,3 +267,36 @@ def test_overload_p99_ttft_grows_with_window_in_predict_serving(replay: bool) ->
 
     assert p99(20.0, 120.0) > 1.8 * p99(20.0, 40.0)
     assert p99(0.5, 120.0) == pytest.approx(p99(0.5, 40.0), rel=0.35)
+
+
+@pytest.mark.parametrize("replay", [True, False])
+def test_engine_scheduler_changes_the_closed_loop_split_of_ttft_and_tpot(replay: bool) -> None:
+    # Same overheads, only the iteration scheduler differs: prefill-first (SGLang's default)
+    # keeps the wave of prompts together, so TTFT grows (and, replayed, TPOT shrinks).
+    g, m = gpus()["H100-SXM"], models()["Qwen3-32B"]
+
+    def run(*, mixed: bool) -> tuple[float, float]:
+        cfg = SurrogateConfig(engines={"sglang": EngineProfile(1.0, 0.01, mixed_prefill=mixed)})
+        p = predict_serving(
+            g,
+            m,
+            Config(engine="sglang", tp=2),
+            isl=2048,
+            osl=256,
+            concurrency=64,
+            cfg=cfg,
+            replay=replay,
+        )
+        return p.p50_ttft_ms, p.p50_tpot_ms
+
+    (ttft_mixed, tpot_mixed), (ttft_first, tpot_first) = run(mixed=True), run(mixed=False)
+    assert ttft_first > 1.5 * ttft_mixed
+    if replay:  # the screen keeps one TPOT formula for both
+        assert tpot_first < tpot_mixed
+
+
+def test_sglang_is_prefill_first_by_default() -> None:
+    cfg = SurrogateConfig()
+    assert not cfg.engine_profile("sglang").mixed_prefill
+    assert cfg.engine_profile("vllm").mixed_prefill
+    assert cfg.engine_profile("trtllm").mixed_prefill

@@ -131,6 +131,63 @@ def test_decode_tokens_go_first_in_the_token_budget() -> None:
     assert all(p + d <= 100 for p, d in calls)
 
 
+def test_prefill_first_engine_pauses_decodes_and_gives_prompts_the_whole_budget() -> None:
+    # The same two requests as above, on an engine that does not mix prefill and decode.
+    calls: list[tuple[int, int]] = []
+
+    @attrs.frozen
+    class Spy:
+        def step(self, **kw: float) -> StepTime:
+            calls.append((int(kw["prefill_tokens"]), int(kw["decode_seqs"])))
+            return StepTime(compute_s=0.01, memory_s=0.0)
+
+    def run(*, mixed: bool) -> dict[int, tuple[float, float]]:
+        calls.clear()
+        eng = ReplayEngine(
+            [ReplicaSpec(Spy(), 100_000, 8, 100, mixed_prefill=mixed)],
+            Routing.ROUND_ROBIN,
+            config=ReplayConfig(cache_step_times=False),
+        )
+        eng.submit([Request(0, 0.0, 10, 50), Request(1, 0.015, 500, 5)])
+        w = eng.advance(10.0)
+        assert w.output_tokens_generated == 55  # every token of both, either way
+        ttft = w.first_token_s - w.arrival_s
+        tpot = (w.finish_s - w.first_token_s) / (w.output_tokens - 1)
+        return {
+            int(i): (float(a), float(b)) for i, a, b in zip(w.request_ids, ttft, tpot, strict=True)
+        }
+
+    mixed = run(mixed=True)
+    first = run(mixed=False)
+    assert all(p == 0 or d == 0 for p, d in calls)  # never both in one iteration
+    assert (100, 0) in calls  # the prompt takes the whole budget while the decoder waits
+    # Five prefill-only iterations instead of six shared ones: the prompt's first token comes
+    # sooner and the paused decoder's TPOT grows.
+    assert first[1][0] < mixed[1][0]
+    assert first[0][1] > mixed[0][1]
+
+
+@pytest.mark.parametrize("isl", [512, 2048])
+def test_prefill_first_keeps_a_closed_loop_wave_together(isl: int) -> None:
+    # Clients released together: with mixed iterations early finishers drift ahead and the
+    # waves spread out; a prefill-first engine holds decodes while the wave prefills, so the
+    # waves stay whole -- longer TTFT, shorter TPOT, at about the same throughput.
+    def run(*, mixed: bool) -> WindowStats:
+        wl = WorkloadProfile(
+            input_len=LengthDist(isl, 0.0, isl),
+            output_len=LengthDist(128, 0.0, 128),
+            total_requests=1,
+        )
+        reqs = batch_requests(wl, np.random.default_rng(0), 4000)
+        replica = ReplicaSpec(Linear(), 10_000_000, 256, 2048, mixed_prefill=mixed)
+        return run_closed_loop([replica], Routing.ROUND_ROBIN, reqs, 64, 60.0, warmup_s=10.0)
+
+    mixed, first = run(mixed=True), run(mixed=False)
+    assert np.median(first.ttft_ms) > 1.5 * np.median(mixed.ttft_ms)
+    assert np.median(first.tpot_ms) < np.median(mixed.tpot_ms)
+    assert first.throughput_tok_s == pytest.approx(mixed.throughput_tok_s, rel=0.25)
+
+
 def test_deterministic_for_a_seed() -> None:
     _, a, _ = open_loop([spec(), spec()], 30.0, [60.0, 120.0], seed=3)
     _, b, _ = open_loop([spec(), spec()], 30.0, [60.0, 120.0], seed=3)

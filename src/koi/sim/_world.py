@@ -24,7 +24,7 @@ from koi.sim._serve import Serving
 from koi.sim._state import JobState
 from koi.sim._trace import BatchRecord
 from koi.sim._truth import PriorFactory, TruthModel, event_rng, stable_seed
-from koi.surrogate import Feasibility, feasibility
+from koi.surrogate import Feasibility, SurrogateConfig, feasibility
 from koi.surrogate.replay import (
     CachedStepModel,
     ReplicaSpec,
@@ -103,6 +103,8 @@ class World(Serving):
             if p.environment.gpu not in self.gpus:
                 raise InvalidInput(f"pools: pool {p.id!r} uses unknown GPU {p.environment.gpu!r}")
         self._truth = TruthModel(seed, self.cfg.truth, prior=prior)
+        # Engines schedule iterations the way they are documented to; only speed is hidden.
+        self._engines = SurrogateConfig()
         self._pools = {p.id: p for p in pools}
         self._capacity = {p.id: p.capacity_instances for p in pools}
         self._recoveries: list[tuple[float, str, int]] = []
@@ -165,6 +167,7 @@ class World(Serving):
                 kv_capacity_tokens=max(fe.kv_capacity_tokens, 1),
                 max_batch_size=c.max_batch_size,
                 max_batched_tokens=c.max_batched_tokens,
+                mixed_prefill=self._engines.engine_profile(c.engine).mixed_prefill,
             )
         return spec
 
@@ -402,8 +405,10 @@ class World(Serving):
             d.outgoing = True
             d.stop_s = new_ready if make_before_break else self.now
             if not make_before_break:
-                for r in d.replicas:
-                    r.vanish_s = self.now if r.vanish_s is None else r.vanish_s
+                for r in d.replicas:  # stopped now, announced-preempted ones included
+                    if r.vanish_s is None or r.vanish_s > self.now:
+                        r.vanish_s = self.now
+                    r.doomed = False
         s.outgoing.extend(leaving)
         s.deployments = keep
         s.since_s = self.now

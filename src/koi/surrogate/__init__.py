@@ -5,7 +5,7 @@ feasibility (C2), replay-based serving predictions, corrections and substitution
 from __future__ import annotations
 
 from koi.surrogate._aic import AicProfiles, aic_available
-from koi.surrogate._config import Efficiency, EngineOverhead, SurrogateConfig
+from koi.surrogate._config import Efficiency, EngineProfile, SurrogateConfig
 from koi.surrogate._correct import RankCorrection, ScaledStepModel
 from koi.surrogate._memory import Feasibility, feasibility
 from koi.surrogate._operator import OperatorModel
@@ -22,7 +22,7 @@ from koi.surrogate._substitute import (
 __all__ = [
     "AicProfiles",
     "Efficiency",
-    "EngineOverhead",
+    "EngineProfile",
     "Feasibility",
     "OperatorModel",
     "Prediction",

@@ -61,6 +61,7 @@ class RankLoad:
     input_len: LengthDist
     output_len: LengthDist
     sync_weight: float = 0.5
+    mixed_prefill: bool = True  # the engine's iteration scheduler (EngineProfile)
 
 
 @attrs.frozen
@@ -306,8 +307,9 @@ def _closed_loop_waves(
     dec = _step(load, 0.0, n_run, ctx, inp)
     lockstep = t_p * (1.0 + 1.0 / k) / 2.0
     dispersed, _ = _ttft(_mix(load, 0.0, n_run, ctx, inp), 0.0)
-    # Real clients drift out of lock-step; blend the two limits in log space.
-    w = load.sync_weight
+    # Real clients drift out of lock-step; blend the two limits in log space.  A prefill-first
+    # engine pauses decodes while a wave prefills, so its waves stay together.
+    w = load.sync_weight if load.mixed_prefill else 1.0
     ttft = lockstep**w * dispersed ** (1.0 - w)
     extra = t_p * (1.0 - 1.0 / k) / 2.0 / max(out - 1.0, 1.0)
     tpot = dec.time_s + extra

@@ -10,7 +10,7 @@ import attrs
 from koi.errors import InvalidInput
 from koi.types._validate import fraction, non_negative, positive, positive_int
 
-__all__ = ["Efficiency", "EngineOverhead", "SurrogateConfig"]
+__all__ = ["Efficiency", "EngineProfile", "SurrogateConfig"]
 
 
 @attrs.frozen
@@ -30,11 +30,19 @@ class Efficiency:
 
 
 @attrs.frozen
-class EngineOverhead:
-    """Fixed CPU/launch cost of one engine iteration: ``base_ms + per_seq_ms * seqs``."""
+class EngineProfile:
+    """What the surrogate knows of one serving engine.
+
+    ``base_ms + per_seq_ms * seqs`` is the fixed CPU/launch cost of one iteration.
+    ``mixed_prefill`` is the iteration scheduler: True when prefill slices share iterations
+    with decodes (vLLM's chunked prefill, TensorRT-LLM's in-flight batching), False when a
+    waiting prompt gets prefill-only iterations while decodes pause (SGLang without
+    ``--enable-mixed-chunk``, its default).
+    """
 
     base_ms: float = attrs.field(default=1.5, validator=non_negative)
     per_seq_ms: float = attrs.field(default=0.01, validator=non_negative)
+    mixed_prefill: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
 
 def _efficiency_table(value: Any) -> tuple[tuple[str, Efficiency], ...]:
@@ -42,7 +50,7 @@ def _efficiency_table(value: Any) -> tuple[tuple[str, Efficiency], ...]:
     return tuple(sorted((str(k), v) for k, v in items))
 
 
-def _engine_table(value: Any) -> tuple[tuple[str, EngineOverhead], ...]:
+def _engine_table(value: Any) -> tuple[tuple[str, EngineProfile], ...]:
     items = value.items() if isinstance(value, Mapping) else value
     return tuple(sorted((str(k), v) for k, v in items))
 
@@ -59,9 +67,9 @@ _VENDORS = {
     "amd": Efficiency(gemm=0.35, gemm_half_tokens=96.0, attention=0.3, memory=0.55, link=0.6),
 }
 _ENGINES = {
-    "vllm": EngineOverhead(base_ms=1.2, per_seq_ms=0.012),
-    "sglang": EngineOverhead(base_ms=1.0, per_seq_ms=0.01),
-    "trtllm": EngineOverhead(base_ms=0.6, per_seq_ms=0.006),
+    "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012),
+    "sglang": EngineProfile(base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False),
+    "trtllm": EngineProfile(base_ms=0.6, per_seq_ms=0.006),
 }
 # Per all-reduce latency (µs): NVLink/NVSwitch ~8 µs, Infinity Fabric ~12 µs, PCIe ~60 µs.
 _LINK_LATENCY_US = {"nvlink": 8.0, "infinity_fabric": 12.0, "pcie": 60.0, "internode": 40.0}
@@ -81,7 +89,7 @@ class SurrogateConfig:
     gpu_efficiency: tuple[tuple[str, Efficiency], ...] = attrs.field(
         default=(), converter=_efficiency_table
     )
-    engines: tuple[tuple[str, EngineOverhead], ...] = attrs.field(
+    engines: tuple[tuple[str, EngineProfile], ...] = attrs.field(
         factory=lambda: _engine_table(_ENGINES), converter=_engine_table
     )
     default_engine: str = "vllm"
@@ -134,9 +142,9 @@ class SurrogateConfig:
             return table[gpu]
         return dict(self.efficiency).get(vendor.lower(), Efficiency())
 
-    def engine_overhead(self, engine: str) -> EngineOverhead:
+    def engine_profile(self, engine: str) -> EngineProfile:
         table = dict(self.engines)
-        return table.get(engine.lower(), table.get(self.default_engine, EngineOverhead()))
+        return table.get(engine.lower(), table.get(self.default_engine, EngineProfile()))
 
     def link_latency_s(self, kind: str) -> float:
         return dict(self.link_latency_us).get(kind, 20.0) * 1e-6

@@ -140,7 +140,7 @@ class OperatorModel:
         hbm = g.hbm_tb_s * _TERA * e.memory
         bpp = c.quant.bytes_per_param
         bf16 = g.bf16_tflops * _TERA
-        ov = self.cfg.engine_overhead(c.engine)
+        ov = self.cfg.engine_profile(c.engine)
         link_bw, link_lat = self._link
         multi = c.gpus > g.gpus_per_node
         pp_bw = (g.internode_gb_s if multi else g.link_gb_s) * _GIGA * e.link

@@ -100,6 +100,7 @@ def predict_serving(
         inp,
         out,
         cfg.closed_loop_sync_weight,
+        cfg.engine_profile(config.engine).mixed_prefill,
     )
     use_replay = cfg.use_replay if replay is None else replay
     if rate_rps is not None:

@@ -321,6 +321,7 @@ class Surrogate:
                 w.input_len,
                 w.output_len,
                 cfg.closed_loop_sync_weight,
+                cfg.engine_profile(cf.engine).mixed_prefill,
             )
             # Everything a per-replica estimate depends on (the step model is a function of
             # gpu, model, config and the step corrections).

@@ -44,6 +44,7 @@ def _specs(mod: Any, load: RankLoad, replicas: int) -> list[Any]:
         kv_capacity_tokens=load.kv_capacity_tokens,
         max_batch_size=load.max_batch_size,
         max_batched_tokens=load.max_batched_tokens,
+        mixed_prefill=load.mixed_prefill,
     )
     return [spec] * replicas
 

@@ -40,16 +40,21 @@ class ReplicaSpec:
     """One serving replica: its step-time model and its engine limits.
 
     ``kv_capacity_tokens`` is the KV cache size in tokens.  ``max_batch_size`` caps running
-    sequences and ``max_batched_tokens`` the tokens of one iteration (decode tokens first, then
-    chunked prefill slices).  Like vLLM, a replica never runs more sequences than it has
-    tokens per iteration, so the effective batch cap is ``min(max_batch_size,
-    max_batched_tokens)``.
+    sequences and ``max_batched_tokens`` the tokens of one iteration.  Like vLLM, a replica
+    never runs more sequences than it has tokens per iteration, so the effective batch cap is
+    ``min(max_batch_size, max_batched_tokens)``.
+
+    ``mixed_prefill`` is the scheduling policy.  True (vLLM, TensorRT-LLM): decode tokens go
+    first and chunked prefill slices fill the rest of the iteration.  False (SGLang's default,
+    no mixed chunks): prefill first — while any prompt is waiting or half-done, an iteration
+    carries prefill slices only and every decoding sequence pauses.
     """
 
     step_model: StepTimeModel = attrs.field(validator=_step_model)
     kv_capacity_tokens: int = attrs.field(validator=positive_int)
     max_batch_size: int = attrs.field(validator=positive_int)
     max_batched_tokens: int = attrs.field(validator=positive_int)
+    mixed_prefill: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
 
 
 class _Seq:
@@ -103,6 +108,7 @@ class _Replica:
         "it",
         "m",
         "maxb",
+        "mixed",
         "n_dec",
         "p_acc",
         "p_dt",
@@ -131,6 +137,7 @@ class _Replica:
         self.adm_cap = spec.kv_capacity_tokens * (1.0 - watermark)
         self.maxb = min(spec.max_batch_size, spec.max_batched_tokens)
         self.budget = spec.max_batched_tokens
+        self.mixed = spec.mixed_prefill
         self.waiting: deque[_Seq] = deque()
         self.running: dict[int, _Seq] = {}  # admission order: the last one is preempted first
         self.prefilling: list[_Seq] = []
@@ -185,7 +192,9 @@ class _Replica:
             and len(running) < maxb
             and (not running or used + n + waiting[0].target + 1 <= self.adm_cap)
         ):
-            budget = self.budget - n  # decode tokens go first
+            # Mixed: decode tokens go first.  Unmixed: the decoders sit this iteration out.
+            dec = n if self.mixed else 0
+            budget = self.budget - dec
             pt = 0
             pairs = 0.0
             for seq in prefilling:
@@ -217,12 +226,13 @@ class _Replica:
                 budget -= c
             if admitted:
                 eng.on_queue(t, -admitted)
-            st = self.m.mixed(pt, pairs, n, self.s_dec + n * it)
-            self.p_k = 1
+            st = self.m.mixed(pt, pairs, dec, self.s_dec + n * it if dec else 0)
+            self.p_k = 1 if dec else 0  # decode iterations this block advances
             self.p_dt = st[0]
             self.p_e = t + st[0]
-            self.p_kv = used + n
+            self.p_kv = used + dec
             self.p_pref = True
+            n = dec
         elif n:
             heap = self.heap
             while heap[0][2].hv != heap[0][1]:  # drop entries of evicted or re-queued sequences
