@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from koi.sim import JobWindow, TickRecord, Trace, build_world, evaluate
@@ -42,6 +42,9 @@ plans = st.lists(
 
 @settings(max_examples=25)
 @given(script=plans, seed=st.integers(0, 1000))
+# A swap that cannot make-before-break on a pool with an announced preemption: the old
+# replicas, doomed ones included, must release their instances at once.
+@example(script=[{}, {"c": [(2, 1, Quant.BF16, 2)]}, {"c": [(2, 1, Quant.FP8, 1)]}, {}, {}], seed=1)
 def test_world_never_exceeds_capacity(script: list[dict[str, object]], seed: int) -> None:
     world = build_world(SCENARIO, seed=seed)
     models = {"a": "Llama-3.1-8B", "b": "Qwen3-8B", "c": "Llama-3.2-1B", "ghost": "Llama-3.1-8B"}
