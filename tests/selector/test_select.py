@@ -6,6 +6,7 @@ import itertools
 import math
 from collections.abc import Hashable, Mapping, Sequence
 
+import attrs
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -69,12 +70,18 @@ def _jobs(p: SelectionProblem) -> dict[str, list[Candidate]]:
     return out
 
 
+def _quota(p: SelectionProblem, group: str) -> int:
+    """C5 cap: the quota, or what the group's jobs hold now if more (keeping is never blocked)."""
+    held = sum(sum(p.held_gpus.get(j, {}).values()) for j, g in p.quota_group.items() if g == group)
+    return max(p.quota_caps[group], held)
+
+
 def _feasible_alone(p: SelectionProblem, c: Candidate) -> bool:
     cap = {x.pool_id: x.capacity_gpus for x in p.pools}
     if any(n > cap[pool] for pool, n in _use(p, c).items()):
         return False
     group = p.quota_group.get(c.job_id)
-    return group is None or group not in p.quota_caps or c.gpus <= p.quota_caps[group]
+    return group is None or group not in p.quota_caps or c.gpus <= _quota(p, group)
 
 
 def _takes(p: SelectionProblem, c: Candidate) -> set[str]:
@@ -98,9 +105,9 @@ def check(p: SelectionProblem, chosen: Mapping[str, str]) -> list[str]:
     bad += [f"C1 {pool}" for pool, n in used.items() if n > cap[pool]]
     if p.swap_budget is not None and sum(c.changes for c in pick.values()) > p.swap_budget:
         bad.append("C4")
-    for group, limit in p.quota_caps.items():
+    for group in p.quota_caps:
         total = sum(c.gpus for j, c in pick.items() if p.quota_group.get(j) == group)
-        if total > limit:
+        if total > _quota(p, group):
             bad.append(f"C5 quota {group}")
     for h, ch in pick.items():
         if ch.kind.value != "defer":
@@ -410,6 +417,11 @@ def test_quota_swap_budget_and_make_before_break_bind() -> None:
     q = select(quota, **EXACT)
     assert q.chosen == {"x": "keep", "y": "grow"}
     assert "quota[t]" in q.binding
+    # A quota lowered below what the group holds (8): keeping stays possible, growing does not
+    # (y's "grow" moves without adding GPUs).
+    shrunk = select(attrs.evolve(quota, quota_caps={"t": 2}), **EXACT)
+    assert shrunk.chosen == {"x": "keep", "y": "grow"}
+    assert "quota[t]" in shrunk.binding
 
 
 # --- results, errors and fallback -------------------------------------------------------------

@@ -239,7 +239,7 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
         if not any(c.kind is ActionKind.DEFER for c in cands):
             continue
         group = problem.quota_group.get(job)
-        gcap = problem.quota_caps.get(group, math.inf) if group is not None else math.inf
+        gcap = _group_cap(problem, group) if group in problem.quota_caps else math.inf
         needed: set[int] = set()
         for r, c in enumerate(cands):
             if c.kind is ActionKind.DEFER:
@@ -321,7 +321,7 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
             dtype=np.int64,
         ),
         group_ids=tuple(groups),
-        group_cap=np.array([problem.quota_caps[g] for g in groups], dtype=float),
+        group_cap=np.array([_group_cap(problem, g) for g in groups], dtype=float),
         items=items,
         item_weight=np.array([problem.exploration_weights[e] for e in items], dtype=float),
         cover_items=cover_items,
@@ -330,3 +330,17 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
         levels_by_pool=_levels(protected),
         pruned=pruned,
     )
+
+
+def _group_cap(problem: SelectionProblem, group: str) -> float:
+    """C5 cap of ``group``: its quota, or what its jobs already hold if that is more.
+
+    Keeping an existing ladder is never blocked: a quota lowered below current use shrinks the
+    group as its jobs change or end, not by forced stops (which C4 might not even allow).
+    """
+    held = sum(
+        sum(problem.held_gpus.get(job, {}).values())
+        for job, g in problem.quota_group.items()
+        if g == group
+    )
+    return float(max(problem.quota_caps[group], held))
