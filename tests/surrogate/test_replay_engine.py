@@ -109,47 +109,44 @@ def test_single_request_timeline_is_exact() -> None:
     assert w.prefill_share == pytest.approx(prefill / (prefill + decode), rel=1e-6)
 
 
-def test_decode_tokens_go_first_in_the_token_budget() -> None:
-    # A decoding request and a new long prompt share a 100-token budget: the prompt gets 99.
-    calls: list[tuple[int, int]] = []
+@attrs.frozen
+class Spy:
+    """A 10 ms step that records (prefill tokens, decode sequences) of every call."""
 
-    @attrs.frozen
-    class Spy:
-        def step(self, **kw: float) -> StepTime:
-            calls.append((int(kw["prefill_tokens"]), int(kw["decode_seqs"])))
-            return StepTime(compute_s=0.01, memory_s=0.0)
+    calls: list[tuple[int, int]] = attrs.field(factory=list)
 
+    def step(self, **kw: float) -> StepTime:
+        self.calls.append((int(kw["prefill_tokens"]), int(kw["decode_seqs"])))
+        return StepTime(compute_s=0.01, memory_s=0.0)
+
+
+def _decoder_and_long_prompt(spy: Spy, *, mixed: bool = True) -> WindowStats:
+    """A decoding request and a 500-token prompt arriving behind it, 100 tokens per iteration."""
     eng = ReplayEngine(
-        [ReplicaSpec(Spy(), 100_000, 8, 100)],
+        [ReplicaSpec(spy, 100_000, 8, 100, mixed_prefill=mixed)],
         Routing.ROUND_ROBIN,
         config=ReplayConfig(cache_step_times=False),
     )
     eng.submit([Request(0, 0.0, 10, 50), Request(1, 0.015, 500, 5)])
-    eng.advance(10.0)
-    assert calls[0] == (10, 0)
-    assert (99, 1) in calls
-    assert all(p + d <= 100 for p, d in calls)
+    return eng.advance(10.0)
+
+
+def test_decode_tokens_go_first_in_the_token_budget() -> None:
+    # The decoding request and the new long prompt share the budget: the prompt gets 99.
+    spy = Spy()
+    _decoder_and_long_prompt(spy)
+    assert spy.calls[0] == (10, 0)
+    assert (99, 1) in spy.calls
+    assert all(p + d <= 100 for p, d in spy.calls)
 
 
 def test_prefill_first_engine_pauses_decodes_and_gives_prompts_the_whole_budget() -> None:
-    # The same two requests as above, on an engine that does not mix prefill and decode.
-    calls: list[tuple[int, int]] = []
-
-    @attrs.frozen
-    class Spy:
-        def step(self, **kw: float) -> StepTime:
-            calls.append((int(kw["prefill_tokens"]), int(kw["decode_seqs"])))
-            return StepTime(compute_s=0.01, memory_s=0.0)
+    # The same two requests, on an engine that does not mix prefill and decode.
+    spy = Spy()
 
     def run(*, mixed: bool) -> dict[int, tuple[float, float]]:
-        calls.clear()
-        eng = ReplayEngine(
-            [ReplicaSpec(Spy(), 100_000, 8, 100, mixed_prefill=mixed)],
-            Routing.ROUND_ROBIN,
-            config=ReplayConfig(cache_step_times=False),
-        )
-        eng.submit([Request(0, 0.0, 10, 50), Request(1, 0.015, 500, 5)])
-        w = eng.advance(10.0)
+        spy.calls.clear()
+        w = _decoder_and_long_prompt(spy, mixed=mixed)
         assert w.output_tokens_generated == 55  # every token of both, either way
         ttft = w.first_token_s - w.arrival_s
         tpot = (w.finish_s - w.first_token_s) / (w.output_tokens - 1)
@@ -159,8 +156,8 @@ def test_prefill_first_engine_pauses_decodes_and_gives_prompts_the_whole_budget(
 
     mixed = run(mixed=True)
     first = run(mixed=False)
-    assert all(p == 0 or d == 0 for p, d in calls)  # never both in one iteration
-    assert (100, 0) in calls  # the prompt takes the whole budget while the decoder waits
+    assert all(p == 0 or d == 0 for p, d in spy.calls)  # never both in one iteration
+    assert (100, 0) in spy.calls  # the prompt takes the whole budget while the decoder waits
     # Five prefill-only iterations instead of six shared ones: the prompt's first token comes
     # sooner and the paused decoder's TPOT grows.
     assert first[1][0] < mixed[1][0]
