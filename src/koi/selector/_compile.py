@@ -239,7 +239,11 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
         if not any(c.kind is ActionKind.DEFER for c in cands):
             continue
         group = problem.quota_group.get(job)
-        gcap = _group_cap(problem, group) if group in problem.quota_caps else math.inf
+        gcap = (
+            _group_cap(problem, group)
+            if group is not None and group in problem.quota_caps
+            else math.inf
+        )
         needed: set[int] = set()
         for r, c in enumerate(cands):
             if c.kind is ActionKind.DEFER:
