@@ -20,6 +20,8 @@ def test_fixture_covers_three_gpus_and_three_models_with_sources() -> None:
     assert len({r["model"] for r in data}) >= 3
     assert all(r["source"] for r in data)
     assert {r["split"] for r in data} == {"fit", "heldout"}
+    # The fit split alone spans H100 (NIM docs), MI300X (OCI blog) and A100 (NVIDIA DLI dataset).
+    assert len({r["gpu"] for r in rows("fit")}) >= 3
 
 
 def test_heldout_error_of_koi_predict_replay() -> None:

@@ -66,6 +66,13 @@ _VENDORS = {
     "nvidia": Efficiency(gemm=0.62, gemm_half_tokens=48.0, attention=0.42, memory=0.82, link=0.7),
     "amd": Efficiency(gemm=0.35, gemm_half_tokens=96.0, attention=0.3, memory=0.55, link=0.6),
 }
+# Per-GPU overrides.  A100-80GB: memory and gemm grid-fitted on the fit split's A100 rows (NIM
+# TRT-LLM, Llama-3-8B/70B); the other fields are the NVIDIA priors (docs/surrogate.md, "Constants").
+_GPUS = {
+    "A100-80GB": Efficiency(
+        gemm=0.45, gemm_half_tokens=48.0, attention=0.42, memory=0.55, link=0.7
+    ),
+}
 _ENGINES = {
     "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012),
     "sglang": EngineProfile(base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False),
@@ -87,7 +94,7 @@ class SurrogateConfig:
         factory=lambda: _efficiency_table(_VENDORS), converter=_efficiency_table
     )
     gpu_efficiency: tuple[tuple[str, Efficiency], ...] = attrs.field(
-        default=(), converter=_efficiency_table
+        factory=lambda: _efficiency_table(_GPUS), converter=_efficiency_table
     )
     engines: tuple[tuple[str, EngineProfile], ...] = attrs.field(
         factory=lambda: _engine_table(_ENGINES), converter=_engine_table
