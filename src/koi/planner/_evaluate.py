@@ -10,17 +10,18 @@ mechanisms it exercises.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 import attrs
 
+from koi.beliefs import EdgeKey, Stratum
 from koi.config import KoiConfig
 from koi.dag import CausalDag, RankContext, exercised_keys
 from koi.planner._learn import correction_fn
 from koi.planner._report import CandidateReport
 from koi.planner._state import PlannerState
 from koi.planner._strata import stratum_for
-from koi.risk import band, breach_probability, combine_breach
+from koi.risk import RiskBand, band, breach_probability, combine_breach
 from koi.scoring import (
     Normalizer,
     candidate_value,
@@ -30,9 +31,10 @@ from koi.scoring import (
     tchebycheff,
 )
 from koi.selector import Candidate
-from koi.surrogate import Prediction, Surrogate
+from koi.surrogate import Prediction, RankCorrection, Surrogate
 from koi.types import (
     ActionKind,
+    Chain,
     ClusterSnapshot,
     GpuSpec,
     Job,
@@ -71,6 +73,7 @@ class Evaluator:
         dag: CausalDag,
         cfg: KoiConfig,
         reference_cost: Mapping[str, float],
+        exercised: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.state = state
@@ -82,6 +85,92 @@ class Evaluator:
         self.reference_cost = reference_cost
         self.current = snapshot.current_ladders
         self.uncertainty: dict[ExplorationItem, float] = {}
+        # Per tick: one corrections callback per job (it memoizes per chain), and the
+        # (edge, stratum) keys per ladder that both C3's prior and exploration need.
+        self._corrections: dict[str, Callable[[Chain], RankCorrection]] = {}
+        # A pure function of the ladder: the planner may lend a memo that outlives the tick.
+        self._keys: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] = (
+            {} if exercised is None else exercised
+        )
+        self._now: dict[str, Prediction] = {}
+        self._prior: dict[frozenset[tuple[EdgeKey, Stratum]], float] = {}
+        self._unit_bands: dict[tuple[Stratum, Outcome, float], RiskBand] = {}
+        self._full: dict[str, Callable[[Chain], RankCorrection]] = {}
+
+    def corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
+        """The residual corrections in force for ``job`` this tick, for scoring candidates.
+
+        Mediator corrections only rescale the predicted mediators, which scoring does not
+        read; leaving them out keeps a mediator-only change from invalidating every cached
+        screen of the job (the outcomes are exactly the same).
+        """
+        fn = self._corrections.get(job.id)
+        if fn is None:
+            full = self._full_corrections(job)
+            memo: dict[Chain, RankCorrection] = {}
+
+            def outcome_only(chain: Chain) -> RankCorrection:
+                hit = memo.get(chain)
+                if hit is None:
+                    hit = memo[chain] = attrs.evolve(full(chain), mediators=())
+                return hit
+
+            fn = self._corrections[job.id] = outcome_only
+        return fn
+
+    def _full_corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
+        fn = self._full.get(job.id)
+        if fn is None:
+            fn = correction_fn(self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg)
+            self._full[job.id] = fn
+        return fn
+
+    def exercised(self, ladder: Ladder) -> frozenset[tuple[EdgeKey, Stratum]]:
+        """The (edge, stratum) pairs ``ladder`` exercises (empty without the causal graph)."""
+        if not self.cfg.planner.causal_graph:
+            return frozenset()
+        keys = self._keys.get(ladder)
+        if keys is None:
+            keys = self._keys[ladder] = exercised_keys(ladder, self.models, dag=self.dag)
+        return keys
+
+    def _current_prediction(self, job: Job, current: Ladder) -> Prediction:
+        hit = self._now.get(job.id)
+        if hit is None:
+            # With the mediators corrected: a batch job's requests in flight come from its
+            # predicted mean batch size.
+            hit = self.surrogate.screen(
+                job, current, now_s=self.snapshot.time_s, corrections=self._full_corrections(job)
+            )
+            self._now[job.id] = hit
+        return hit
+
+    def _prior_uncertainty(self, keys: frozenset[tuple[EdgeKey, Stratum]]) -> float:
+        """Mean U of the exercised (edge, stratum) pairs; many ladders share one key set."""
+        if not keys:
+            return 1.0
+        u = self._prior.get(keys)
+        if u is None:
+            evidence = self.state.evidence
+            u = self._prior[keys] = sum(evidence.uncertainty(e, s) for e, s in keys) / len(keys)
+        return u
+
+    def _band(self, y: float, stratum: Stratum, outcome: Outcome, prior_u: float) -> RiskBand:
+        """The DRO band around ``y``.  It is affine in the prediction (``ŷ ± |ŷ|·q``), so the
+        residual quantiles are taken once per (stratum, outcome, prior) and tick, not once per
+        candidate."""
+        key = (stratum, outcome, prior_u)
+        unit = self._unit_bands.get(key)
+        if unit is None:
+            residuals = self.state.residuals.get(stratum, outcome.value)
+            unit = band(
+                1.0, residuals, self.state.epsilon.eps, prior_uncertainty=prior_u, cfg=self.cfg.risk
+            )
+            self._unit_bands[key] = unit
+        scale = abs(y)
+        return RiskBand(
+            lower=y + scale * (unit.lower - 1.0), upper=y + scale * (unit.upper - 1.0), center=y
+        )
 
     # ---- exploration ----------------------------------------------------------------------
     def exploration_weights(self) -> dict[ExplorationItem, float]:
@@ -98,9 +187,9 @@ class Evaluator:
         if not self.cfg.planner.causal_graph:
             return frozenset()
         evidence = self.state.evidence
-        per_edge = 1.0 / max(len(self.dag.edges), 1)
+        per_edge = 1.0 / max(len(self.dag), 1)
         items: set[ExplorationItem] = set()
-        for edge, stratum in exercised_keys(ladder, self.models, dag=self.dag):
+        for edge, stratum in self.exercised(ladder):
             item: ExplorationItem = ("edge", edge, stratum.key)
             items.add(item)
             if item not in self.uncertainty:
@@ -137,15 +226,8 @@ class Evaluator:
             return 1.0
         spec = self.models[main.chain.model]
         stratum = stratum_for(main.chain, spec, self.cfg)
-        keys = (
-            exercised_keys(ladder, self.models, dag=self.dag)
-            if self.cfg.planner.causal_graph
-            else frozenset()
-        )
-        prior_u = (
-            sum(self.state.evidence.uncertainty(e, s) for e, s in keys) / len(keys) if keys else 1.0
-        )
-        eps = self.state.epsilon.eps
+        keys = self.exercised(ladder)
+        prior_u = self._prior_uncertainty(keys)
         risk = self.cfg.risk
         ps: list[float] = []
 
@@ -154,8 +236,7 @@ class Evaluator:
             if not math.isfinite(y):
                 ps.append(1.0 if upper_is_bad else 0.0)
                 return
-            residuals = self.state.residuals.get(stratum, outcome.value)
-            b = band(y, residuals, eps, prior_uncertainty=min(prior_u, 1.0), cfg=risk)
+            b = self._band(y, stratum, outcome, min(prior_u, 1.0))
             ps.append(
                 breach_probability(
                     b, bound, upper_is_bad=upper_is_bad, coverage=risk.target_coverage
@@ -230,9 +311,7 @@ class Evaluator:
         else:
             kind = ActionKind.RECONFIGURE
         base = CandidateReport(job_id=job.id, key=key, kind=kind, ladder=ladder, sources=sources)
-        corrections = correction_fn(
-            self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
-        )
+        corrections = self.corrections(job)
         predict = self.surrogate.predict if replay else self.surrogate.screen
         pred = predict(job, ladder, now_s=self.snapshot.time_s, corrections=corrections)
         if not pred.feasible:
@@ -251,9 +330,7 @@ class Evaluator:
         switch_usd = 0.0
         switch_score = 0.0
         if current is not None and kind is not ActionKind.KEEP:
-            now_pred = self.surrogate.screen(
-                job, current, now_s=self.snapshot.time_s, corrections=corrections
-            )
+            now_pred = self._current_prediction(job, current)
             cost = switching_cost(
                 current,
                 ladder,

@@ -11,10 +11,19 @@ from pathlib import Path
 import attrs
 import pluggy
 
+from koi.beliefs import Beta, EdgeKey, EvidenceStore, Stratum, stratum_of
 from koi.calibration import CalibrationState, TickSignals, swap_budget
 from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
-from koi.dag import admit_mechanism, default_dag, exercised_keys
+from koi.dag import (
+    DagView,
+    Mechanism,
+    RankContext,
+    admit_mechanism,
+    default_dag,
+    exercised_decisions,
+    exercised_keys,
+)
 from koi.errors import InvalidInput, KoiError
 from koi.planner._books import job_demand, reference_cost
 from koi.planner._checkpoint import load_checkpoint, save_checkpoint
@@ -24,7 +33,7 @@ from koi.planner._mining import mine_mechanisms
 from koi.planner._report import CandidateReport, TickResult
 from koi.planner._state import LedgerEntry, PlannerState
 from koi.plugins import PluginHost, ProposalContext, make_plugin_manager
-from koi.plugins._default_proposer import DefaultProposer
+from koi.plugins._default_proposer import DefaultProposer, at_risk_outcomes
 from koi.risk import EpsilonCalibrator, ResidualHistory
 from koi.selector import (
     BudgetBook,
@@ -39,6 +48,7 @@ from koi.types import (
     ActionKind,
     Chain,
     ClusterSnapshot,
+    Config,
     Job,
     JobAction,
     Ladder,
@@ -50,6 +60,11 @@ from koi.types import (
 __all__ = ["Planner"]
 
 DEFAULT_PROPOSER = "koi.default_proposer"
+_EXERCISED_MEMO = 50_000
+# Scope fields a job fixes whatever ladder it gets.
+_JOB_FIELDS = frozenset(
+    {"model", "size_class", "is_moe", "params_b", "job_class", "input_len", "output_len"}
+)
 _RATE_STEP = 1.05
 
 
@@ -104,8 +119,9 @@ class Planner:
             pm.register(self.proposer, name=DEFAULT_PROPOSER)
         self.host = PluginHost(pm)
         self.books = BudgetBooks(self.config.budget)
-        self._uncertainty_memo: dict[Chain | None, object] = {}
+        self._uncertainty_memo: dict[object, object] = {}
         self._reference_costs: dict[object, float] = {}
+        self._exercised: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] = {}
         self._observed_rates: dict[str, float] = {}
         self.state_path = Path(state_path) if state_path is not None else None
         if self.state_path is not None and self.state_path.exists():
@@ -305,13 +321,64 @@ class Planner:
         if memo.get(None) is not evidence:  # the evidence changed: start over
             memo.clear()
             memo[None] = evidence
-        hit = memo.get(chain)
+        spec = self.models.get(chain.model)
+        if spec is None:
+            return 1.0
+        # U depends on the stratum and the decisions the chain sets, not on the pool or model:
+        # keyed so, the thousands of chains a tick screens share a few dozen entries.
+        key = (stratum_of(chain, spec), exercised_decisions(chain, 1))
+        hit = memo.get(key)
         if isinstance(hit, float):
             return hit
         keys = exercised_keys(Rank(chain, 1), self.models, dag=self.dag)
         u = sum(evidence.uncertainty(e, s) for e, s in keys) / len(keys) if keys else 1.0
-        memo[chain] = u
+        memo[key] = u
         return u
+
+    def _exercised_memo(self) -> dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]]:
+        """The (edge, stratum) pairs per ladder, kept across ticks (the same ladders come
+        back every tick); bounded by starting over."""
+        if len(self._exercised) > _EXERCISED_MEMO:
+            self._exercised.clear()
+        return self._exercised
+
+    def _dag_view(self, evidence: EvidenceStore) -> DagView:
+        """The graph as the proposers' backward query sees it: each edge with the fleet-pooled
+        posterior of its beliefs (without the causal graph, the bare structure)."""
+        if not self.config.planner.causal_graph:
+            return self.dag.view()
+        support: dict[EdgeKey, float] = {}
+        against: dict[EdgeKey, float] = {}
+        for (edge, _), belief in evidence.items():
+            support[edge] = support.get(edge, 0.0) + belief.alpha - 1.0
+            against[edge] = against.get(edge, 0.0) + belief.beta - 1.0
+
+        def pooled(edge: EdgeKey) -> Beta:
+            return Beta(1.0 + support.get(edge, 0.0), 1.0 + against.get(edge, 0.0))
+
+        return self.dag.view(
+            confidence=lambda e: pooled(e).confidence,
+            uncertainty=lambda e: pooled(e).uncertainty,
+        )
+
+    def _job_mechanisms(
+        self, job: Job, mechanisms: Sequence[Mechanism], snapshot: ClusterSnapshot
+    ) -> tuple[Mechanism, ...]:
+        """Admitted mechanisms whose scope can match ``job`` (its model and workload fields;
+        the hardware and config fields are the proposer's to match per candidate)."""
+        spec = self.models.get(job.model)
+        pool = next((p for p in snapshot.pools if p.environment.gpu in self.gpus), None)
+        if not mechanisms or spec is None or pool is None:
+            return ()
+        env = pool.environment
+        probe = RankContext.from_rank(
+            Rank(Chain(job.model, env, Config()), 1), spec, self.gpus[env.gpu], job
+        )
+        return tuple(
+            m
+            for m in mechanisms
+            if all(p.matches(probe) for p in m.scope.predicates if p.field in _JOB_FIELDS)
+        )
 
     # ---- S4–S6 ------------------------------------------------------------------------------
     def _plan(
@@ -339,6 +406,7 @@ class Planner:
             dag=self.dag,
             cfg=cfg,
             reference_cost=refs,
+            exercised=self._exercised_memo(),
         )
         current = snapshot.current_ladders
         evaluated: dict[str, dict[Ladder, Evaluated]] = {}
@@ -348,7 +416,17 @@ class Planner:
             if job.id in current:
                 mine[current[job.id]] = evaluator.evaluate(job, current[job.id], key="keep")
         feedback: dict[str, tuple[str, ...]] = {}
-        dag_view = self.dag.view()  # one read-only view per tick, shared by every proposal
+        dag_view = self._dag_view(state.evidence)  # one view per tick, shared by every job
+        at_risk = {
+            j.id: tuple(
+                f"y:{o.value}" for o in at_risk_outcomes(j, keep.outcomes, cfg.proposer.risk_margin)
+            )
+            for j in running
+            if j.id in current
+            and (keep := evaluated[j.id][current[j.id]].prediction) is not None
+            and keep.feasible
+        }
+        mechanisms = {j.id: self._job_mechanisms(j, state.mechanisms, snapshot) for j in running}
         for rnd in range(cfg.planner.search_rounds):
             asked = [j for j in running if rnd == 0 or _needs_another_round(evaluated[j.id])]
             if not asked:
@@ -361,11 +439,12 @@ class Planner:
                     deadline_s=time.monotonic() + cfg.planner.proposer_timeout_s,
                     budget=books.get(job.id),
                     dag=dag_view,
-                    mechanisms=tuple(state.mechanisms),
+                    mechanisms=mechanisms[job.id],
                     incumbent=current.get(job.id),
                     feedback=feedback.get(job.id, ()),
                     round=rnd,
                     max_candidates=cfg.planner.max_candidates,
+                    at_risk=at_risk.get(job.id, ()),
                 )
                 batch = self.host.propose_ladders(job, context)
                 errors.extend(str(e) for e in batch.errors)

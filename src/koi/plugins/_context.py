@@ -40,7 +40,9 @@ class ProposalContext:
 
     ``budget`` is the job's :class:`koi.selector.BudgetBook` (or ``None``), ``dag`` the
     backward-query :class:`koi.dag.DagView` (or ``None``) and ``mechanisms`` the admitted
-    mechanisms matching the job's stratum.  ``feedback`` carries diagnostics on the previous
+    mechanisms matching the job's stratum.  ``at_risk`` names the outcomes (``"y:p99_tpot_ms"``)
+    the planner predicts the job's incumbent to be past or near its bound on; the backward
+    query starts from them.  ``feedback`` carries diagnostics on the previous
     round's candidates (why they were invalid or did not improve).  ``deadline_s`` is a
     :func:`time.monotonic` instant: a proposer must return before it.
 
@@ -58,6 +60,7 @@ class ProposalContext:
     feedback: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
     round: int = attrs.field(default=0, validator=non_negative_int)
     max_candidates: int = attrs.field(default=8, validator=positive_int)
+    at_risk: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
 
 @attrs.frozen
