@@ -388,11 +388,11 @@ class DefaultProposer:
             # such a ladder ranks as if it missed the target.
             key=lambda r: r.key * 1e3 if steer.distrusted(r.ladder) else r.key,
         )
-        picked: list[Ladder] = []
+        picked: dict[Ladder, None] = {}  # ordered, with O(1) membership
 
         def add(ladder: Ladder | None) -> None:
             if ladder is not None and ladder not in picked and len(picked) < limit:
-                picked.append(ladder)
+                picked[ladder] = None
 
         for r in ranked[:2]:
             add(r.ladder)
@@ -415,8 +415,10 @@ class DefaultProposer:
             for ladder in _single_moves(ranked, incumbent, focus.decisions[: self.cfg.focus_moves]):
                 add(ladder)
         for r in ranked:
+            if len(picked) >= limit:
+                break
             add(r.ladder)
-        return picked
+        return list(picked)
 
 
 # ---- focus: the backward query and the matching mechanisms ---------------------------------
