@@ -128,7 +128,17 @@ def _blend(a: StepTime, b: StepTime, p: float) -> StepTime:
     )
 
 
-def _mix(load: RankLoad, rate: float, seqs: float, ctx: float, inp: float) -> _Mix:
+@attrs.frozen
+class _Steps:
+    """The two iterations a mix blends, for one batch shape: decode-only and chunk-carrying."""
+
+    dec: StepTime
+    chunk: StepTime
+    chunks: int
+    budget: float
+
+
+def _steps(load: RankLoad, seqs: float, ctx: float, inp: float) -> _Steps:
     budget = max(load.max_batched_tokens - seqs, 1.0)
     chunks = max(math.ceil(inp / budget), 1)
     size = inp / chunks
@@ -139,6 +149,15 @@ def _mix(load: RankLoad, rate: float, seqs: float, ctx: float, inp: float) -> _M
         decode_seqs=round(seqs),
         decode_context_tokens=round(seqs * ctx),
     )
+    return _Steps(dec, chunk, chunks, budget)
+
+
+# Fixed-point iterations of the fluid regime stop once the step time moves less than this.
+_FLUID_RTOL = 1e-9
+
+
+def _mix_of(load: RankLoad, rate: float, st: _Steps, seqs: float, ctx: float, inp: float) -> _Mix:
+    dec, chunk, chunks = st.dec, st.chunk, st.chunks
     delta = max(chunk.time_s - dec.time_s, 0.0)
     load_per_step = rate * chunks * delta
     if load_per_step < 1.0:
@@ -149,17 +168,25 @@ def _mix(load: RankLoad, rate: float, seqs: float, ctx: float, inp: float) -> _M
     # Fluid regime: every iteration carries rate·I·s prefill tokens (capped by the budget).
     s = chunk
     for _ in range(20):
-        s = _step(load, min(rate * inp * s.time_s, budget), seqs, ctx, inp)
+        t = s.time_s
+        s = _step(load, min(rate * inp * t, st.budget), seqs, ctx, inp)
+        if abs(s.time_s - t) <= _FLUID_RTOL * t:
+            break
     return _Mix(s, dec, chunk, chunks, 1.0)
+
+
+def _mix(load: RankLoad, rate: float, seqs: float, ctx: float, inp: float) -> _Mix:
+    return _mix_of(load, rate, _steps(load, seqs, ctx, inp), seqs, ctx, inp)
 
 
 def _capacity(load: RankLoad, inp: float, out: float) -> tuple[float, float, _Mix]:
     """Saturation (batch, output tok/s, iteration mix) of one replica."""
     ctx = inp + out / 2.0
     b = _max_batch(load, ctx)
-    mix = _mix(load, 0.0, b, ctx, inp)
+    st = _steps(load, b, ctx, inp)  # the batch shape is fixed: only the prefill rate moves
+    mix = _mix_of(load, 0.0, st, b, ctx, inp)
     for _ in range(8):  # requests finish at b / (O·s) per second and each brings I prompt tokens
-        mix = _mix(load, b / (out * mix.mean.time_s), b, ctx, inp)
+        mix = _mix_of(load, b / (out * mix.mean.time_s), st, b, ctx, inp)
     return b, b / mix.mean.time_s, mix
 
 

@@ -134,6 +134,11 @@ def mixture_quantile(parts: Sequence[tuple[float, float, float]], q: float = 0.9
         return 0.0
     if any(math.isinf(b) for _, _, b in live):
         return math.inf
+    if len(live) == 1:  # one part: invert its tail in closed form
+        _, p50, p99 = live[0]
+        if q <= 0.5:
+            return 2.0 * q * p50
+        return p50 + max(p99 - p50, 1e-12) / math.log(50.0) * math.log(0.5 / (1.0 - q))
     total = sum(w for w, _, _ in live)
 
     def tail(x: float) -> float:
