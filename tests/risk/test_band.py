@@ -200,3 +200,24 @@ def test_invalid_band_inputs() -> None:
         RiskBand(2.0, 1.0, 1.5)
     with pytest.raises(InvalidInput):
         RiskConfig(eps0=5.0)
+
+
+@given(
+    items=st.lists(
+        st.tuples(
+            st.sampled_from([S, Stratum("L40S", "dense-m", "vllm")]),
+            st.sampled_from([Outcome.TTFT, Mediator.KV_CACHE_UTIL, "p99_tpot_ms"]),
+            st.floats(-5, 5),
+        ),
+        max_size=30,
+    )
+)
+def test_batched_residuals_equal_one_at_a_time(
+    items: list[tuple[Stratum, object, float]],
+) -> None:
+    one = ResidualHistory(window=4)
+    for stratum, objective, r in items:
+        one = one.add_residual(stratum, objective, r)
+    assert ResidualHistory(window=4).add_residuals(items) == one
+    with pytest.raises(InvalidInput, match="finite"):
+        ResidualHistory().add_residuals([*items, (S, Outcome.TTFT, math.nan)])

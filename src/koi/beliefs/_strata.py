@@ -14,7 +14,7 @@ EdgeKey = tuple[str, str]
 """A causal edge as ``(parent node, child node)``, e.g. ``("x:tp", "v:comm_share")``."""
 
 
-@attrs.frozen(order=True)
+@attrs.frozen(order=True, cache_hash=True)  # a dict key in every learning step
 class Stratum:
     """GPU type × model class × engine.
 

@@ -174,7 +174,7 @@ def learn(
 
     detectors = dict(state.detectors)
     signatures = dict(state.signatures)
-    residuals = state.residuals
+    new_residuals: list[tuple[Stratum, str, float]] = []
     samples: list[tuple[str, str, float, float, float]] = []
     covered: list[bool] = []
     touched: dict[DetectorKey, bool] = {}
@@ -216,12 +216,13 @@ def learn(
                 key = (skey, variable)
                 detectors[key] = detectors.get(key, Detector(cfg=cfg.cusum)).step(r)
                 touched[key] = True
-                residuals = residuals.add_residual(stratum, variable, r)
+                new_residuals.append((stratum, variable, r))
             covered.extend(_covered(o.outcomes, rp.outcomes, state, stratum, cfg))
             samples.extend(_correction_samples(skey, o, rp, in_force))
             rank = Rank(o.chain, max(o.replicas_up, 1))
             evaluated.append((stratum, RankContext.from_rank(rank, spec, gpu, job), rank))
 
+    residuals = state.residuals.add_residuals(new_residuals)
     # CUSUM verdicts this tick -> quadrants -> beliefs.
     diverged = {k for k in touched if detectors[k].diverged}
 

@@ -78,11 +78,16 @@ class ResidualHistory:
         return self._series.get((stratum, _objective(objective)), ())
 
     def add_residual(self, stratum: Stratum, objective: object, residual: float) -> ResidualHistory:
-        if not math.isfinite(residual):
-            raise InvalidInput(f"residual: must be finite, got {residual!r}")
-        key = (stratum, _objective(objective))
+        return self.add_residuals([(stratum, objective, residual)])
+
+    def add_residuals(self, items: Iterable[tuple[Stratum, object, float]]) -> ResidualHistory:
+        """Append many residuals, in order, in one copy of the history (a tick's worth)."""
         series = dict(self._series)
-        series[key] = (*series.get(key, ()), float(residual))[-self.window :]
+        for stratum, objective, residual in items:
+            if not math.isfinite(residual):
+                raise InvalidInput(f"residual: must be finite, got {residual!r}")
+            key = (stratum, _objective(objective))
+            series[key] = (*series.get(key, ()), float(residual))[-self.window :]
         return ResidualHistory(self.window, series)
 
     def forget(self, keys: Iterable[tuple[Stratum, object]]) -> ResidualHistory:

@@ -7,7 +7,7 @@ the "true" ones.  The replay engine only sees this protocol, so one engine serve
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 
@@ -18,26 +18,37 @@ __all__ = ["StepTime", "StepTimeModel"]
 _INF = math.inf
 
 
-def _seconds(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    """``non_negative`` with a fast path: step models build many StepTimes per iteration."""
-    if value.__class__ is float and 0.0 <= value < _INF:
-        return
-    non_negative(inst, attribute, value)
-
-
 @attrs.frozen
 class StepTime:
     """Wall time of one engine iteration, split by what bounds it.
 
     ``compute_s`` and ``memory_s`` overlap (a kernel is bound by the larger of the two);
-    collective communication, pipeline bubbles and fixed engine overhead add on top.
+    collective communication, pipeline bubbles and fixed engine overhead add on top.  Every
+    component must be finite and non-negative.
     """
 
-    compute_s: float = attrs.field(validator=_seconds)
-    memory_s: float = attrs.field(validator=_seconds)
-    comm_s: float = attrs.field(default=0.0, validator=_seconds)
-    bubble_s: float = attrs.field(default=0.0, validator=_seconds)
-    overhead_s: float = attrs.field(default=0.0, validator=_seconds)
+    compute_s: float
+    memory_s: float
+    comm_s: float = 0.0
+    bubble_s: float = 0.0
+    overhead_s: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        # One check for all five (step models build millions of these); the field validator
+        # runs only to name the culprit.
+        try:
+            ok = (
+                0.0 <= self.compute_s < _INF
+                and 0.0 <= self.memory_s < _INF
+                and 0.0 <= self.comm_s < _INF
+                and 0.0 <= self.bubble_s < _INF
+                and 0.0 <= self.overhead_s < _INF
+            )
+        except TypeError:
+            ok = False
+        if not ok:
+            for field in attrs.fields(StepTime):
+                non_negative(self, field, getattr(self, field.name))
 
     @property
     def time_s(self) -> float:
