@@ -161,6 +161,18 @@ def mixture_quantile(parts: Sequence[tuple[float, float, float]], q: float = 0.9
     return hi
 
 
+def _traffic_weighted(ranks: Sequence[RankPrediction]) -> Mediators:
+    """The ladder's mediators: each rank's, weighted by the traffic it serves."""
+    weights = [r.traffic_share for r in ranks]
+    wsum = sum(weights) or 1.0
+    return Mediators(
+        **{
+            m.value: sum(w * r.mediators.get(m) for w, r in zip(weights, ranks, strict=True)) / wsum
+            for m in Mediator
+        }
+    )
+
+
 @attrs.frozen
 class _RankLoad:
     rank: Rank
@@ -521,15 +533,8 @@ class Surrogate:
             throughput_tok_s=tput,
             slo_margin=margin,
         )
-        weights = [r.traffic_share for r in ranks]
-        wsum = sum(weights) or 1.0
-        med = Mediators(
-            **{
-                m.value: sum(w * r.mediators.get(m) for w, r in zip(weights, ranks, strict=True))
-                / wsum
-                for m in Mediator
-            }
-        )
+        one = len(ranks) == 1 and ranks[0].traffic_share > 0
+        med = ranks[0].mediators if one else _traffic_weighted(ranks)
         return Prediction(
             feasible=True,
             reason="",
