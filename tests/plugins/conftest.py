@@ -102,6 +102,7 @@ def context(snapshot: ClusterSnapshot) -> ProposalContext:
         dag={"targets": ["p99_ttft_ms"], "parents": ["kv_cache_util", "mean_batch_size"]},
         mechanisms=("kv pressure raises TTFT on L4",),
         feedback=("round 0: tp=1 on L4 breached p99 TTFT",),
+        at_risk=("y:p99_ttft_ms",),
         round=1,
         max_candidates=4,
     )

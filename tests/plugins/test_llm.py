@@ -91,6 +91,7 @@ def test_request_carries_the_context(
     assert facts["dag_view"]["parents"] == ["kv_cache_util", "mean_batch_size"]
     assert facts["mechanisms"] == ["kv pressure raises TTFT on L4"]
     assert facts["feedback"] == ["round 0: tp=1 on L4 breached p99 TTFT"]
+    assert facts["at_risk"] == ["y:p99_ttft_ms"]
     assert facts["incumbent"] is None
     assert {p["pool"] for p in facts["pools"]} == {p.id for p in context.snapshot.pools}
     # The L4 pool has 16 GPUs, one of which the active chat ladder holds.

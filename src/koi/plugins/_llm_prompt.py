@@ -25,6 +25,8 @@ Rules:
 - Stay within each pool's `free_gpus`, and within the job's budget when one is given.
 - Propose at most {max_candidates} ladders, most promising first; prefer ladders that differ
   from the incumbent and address the feedback from the previous round.
+- `at_risk` names the outcomes the incumbent is near or past its bound on; `dag_view` says
+  which decisions move them (through which runtime mediators) and how confident that is.
 Answer with one JSON object and nothing else, matching this JSON Schema exactly (no extra keys):
 {schema}"""
 
@@ -87,6 +89,7 @@ def build_messages(
         "pools": _pools(context),
         "gpus": _gpus(context),
         "incumbent": to_data(context.incumbent) if context.incumbent is not None else None,
+        "at_risk": list(context.at_risk),
         "budget": _describe(context.budget, limit),
         "dag_view": _describe(context.dag, limit),
         "mechanisms": [_describe(m, limit) for m in context.mechanisms],
