@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from koi.testing.fakes import example_gpus
+from koi.testing.fakes import example_gpus, example_models
 from koi.types import (
     Chain,
     Config,
@@ -30,19 +30,7 @@ L40S = GpuSpec(
     gpus_per_node=8,
     internode_gb_s=25.0,
 )
-LLAMA8B = ModelSpec(
-    name="Llama-3.1-8B",
-    params_b=8.0,
-    active_params_b=8.0,
-    layers=32,
-    hidden=4096,
-    heads=32,
-    kv_heads=8,
-    head_dim=128,
-    intermediate=14336,
-    vocab=128256,
-    max_context=131072,
-)
+LLAMA8B = example_models()["Llama-3.1-8B"]
 MIXTRAL = ModelSpec(
     name="Mixtral-8x7B",
     params_b=46.7,
