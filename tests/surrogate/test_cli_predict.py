@@ -55,42 +55,9 @@ def test_json_has_every_field_and_a_price(capsys: pytest.CaptureFixture[str]) ->
 
 
 def test_concurrency_replicas_and_quant(capsys: pytest.CaptureFixture[str]) -> None:
-    one = _run(
-        capsys,
-        "--model",
-        "Llama-3.1-70B",
-        "--gpu",
-        "H100-SXM",
-        "--tp",
-        "4",
-        "--quant",
-        "fp8",
-        "--isl",
-        "2000",
-        "--osl",
-        "300",
-        "--concurrency",
-        "32",
-    )
-    two = _run(
-        capsys,
-        "--model",
-        "Llama-3.1-70B",
-        "--gpu",
-        "H100-SXM",
-        "--tp",
-        "4",
-        "--quant",
-        "fp8",
-        "--isl",
-        "2000",
-        "--osl",
-        "300",
-        "--concurrency",
-        "64",
-        "--replicas",
-        "2",
-    )
+    shape = "--model Llama-3.1-70B --gpu H100-SXM --tp 4 --quant fp8 --isl 2000 --osl 300"
+    one = _run(capsys, *shape.split(), "--concurrency", "32")
+    two = _run(capsys, *shape.split(), "--concurrency", "64", "--replicas", "2")
     assert isinstance(one["throughput_tok_s"], float)
     assert isinstance(two["throughput_tok_s"], float)
     assert two["throughput_tok_s"] == pytest.approx(2 * one["throughput_tok_s"], rel=0.15)
