@@ -206,6 +206,7 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
     prio_of = {j: problem.priority.get(j, 0) for j in job_ids}
 
     groups = sorted({g for g in problem.quota_caps if g in set(problem.quota_group.values())})
+    caps = _group_caps(problem)
     group_index = {g: i for i, g in enumerate(groups)}
 
     # Per job: use rows, steady GPUs, and the pools where it takes new capacity.
@@ -239,11 +240,7 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
         if not any(c.kind is ActionKind.DEFER for c in cands):
             continue
         group = problem.quota_group.get(job)
-        gcap = (
-            _group_cap(problem, group)
-            if group is not None and group in problem.quota_caps
-            else math.inf
-        )
+        gcap = caps.get(group, math.inf) if group is not None else math.inf
         needed: set[int] = set()
         for r, c in enumerate(cands):
             if c.kind is ActionKind.DEFER:
@@ -325,7 +322,7 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
             dtype=np.int64,
         ),
         group_ids=tuple(groups),
-        group_cap=np.array([_group_cap(problem, g) for g in groups], dtype=float),
+        group_cap=np.array([caps[g] for g in groups], dtype=float),
         items=items,
         item_weight=np.array([problem.exploration_weights[e] for e in items], dtype=float),
         cover_items=cover_items,
@@ -336,15 +333,13 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
     )
 
 
-def _group_cap(problem: SelectionProblem, group: str) -> float:
-    """C5 cap of ``group``: its quota, or what its jobs already hold if that is more.
+def _group_caps(problem: SelectionProblem) -> dict[str, float]:
+    """C5 cap per quota group: its quota, or what its jobs already hold if that is more.
 
     Keeping an existing ladder is never blocked: a quota lowered below current use shrinks the
     group as its jobs change or end, not by forced stops (which C4 might not even allow).
     """
-    held = sum(
-        sum(problem.held_gpus.get(job, {}).values())
-        for job, g in problem.quota_group.items()
-        if g == group
-    )
-    return float(max(problem.quota_caps[group], held))
+    held: dict[str, int] = defaultdict(int)
+    for job, group in problem.quota_group.items():
+        held[group] += sum(problem.held_gpus.get(job, {}).values())
+    return {g: float(max(cap, held[g])) for g, cap in problem.quota_caps.items()}
