@@ -232,7 +232,7 @@ class _Replica:
             self.p_e = t + st[0]
             self.p_kv = used + dec
             self.p_pref = True
-            n = dec
+            n = dec  # sequences that decode in this block (p_n below)
         elif n:
             heap = self.heap
             while heap[0][2].hv != heap[0][1]:  # drop entries of evicted or re-queued sequences
