@@ -16,7 +16,7 @@ from koi.risk import RiskConfig
 from koi.scoring import ScoringConfig
 from koi.selector import BudgetConfig, SelectorConfig
 from koi.surrogate import SurrogateConfig
-from koi.types._validate import fraction, non_negative_int, positive, positive_int
+from koi.types.validators import fraction, non_negative_int, positive, positive_int
 
 __all__ = ["CorrectionConfig", "KoiConfig", "PlannerConfig"]
 

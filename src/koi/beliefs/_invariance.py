@@ -19,7 +19,7 @@ import numpy as np
 from koi.beliefs._strata import EdgeKey
 from koi.beliefs._update import Verdict
 from koi.errors import InvalidInput
-from koi.types._validate import positive, positive_int
+from koi.types.validators import positive, positive_int
 
 __all__ = [
     "InvarianceConfig",

@@ -6,7 +6,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types import Chain, ModelSpec
-from koi.types._validate import identifier
+from koi.types.validators import identifier
 
 __all__ = ["EdgeKey", "Stratum", "stratum_of"]
 

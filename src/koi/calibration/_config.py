@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from koi.types._validate import fraction, non_negative, positive, positive_int
+from koi.types.validators import fraction, non_negative, positive, positive_int
 
 __all__ = ["CalibrationConfig"]
 

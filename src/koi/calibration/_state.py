@@ -9,7 +9,7 @@ import attrs
 
 from koi.calibration._config import CalibrationConfig
 from koi.types import Outcome, Outcomes
-from koi.types._validate import to_tuple
+from koi.types.validators import to_tuple
 
 __all__ = ["CalibrationState", "TickSignals", "ideal_point_update", "regret", "swap_budget"]
 

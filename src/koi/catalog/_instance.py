@@ -9,7 +9,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types import Environment, Market
-from koi.types._validate import (
+from koi.types.validators import (
     identifier,
     non_negative,
     optional,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from koi.types._validate import positive, positive_int
+from koi.types.validators import positive, positive_int
 
 __all__ = ["CusumConfig"]
 

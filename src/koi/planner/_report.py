@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from koi.types import ActionKind, Ladder, Outcomes, Plan
-from koi.types._validate import to_tuple
+from koi.types.validators import to_tuple
 
 __all__ = ["CandidateReport", "TickResult"]
 

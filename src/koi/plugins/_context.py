@@ -9,7 +9,7 @@ import attrs
 
 from koi.errors import InvalidInput, PluginError
 from koi.types import ClusterSnapshot, GpuSpec, Ladder, LaunchResult, ModelSpec, Observation
-from koi.types._validate import finite, non_negative_int, positive_int
+from koi.types.validators import finite, non_negative_int, positive_int
 
 __all__ = [
     "LaunchBatch",

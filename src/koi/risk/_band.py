@@ -11,7 +11,7 @@ import numpy as np
 
 from koi.errors import InvalidInput
 from koi.risk._config import RiskConfig
-from koi.types._validate import finite
+from koi.types.validators import finite
 
 __all__ = ["RiskBand", "band"]
 

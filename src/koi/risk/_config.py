@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._validate import non_negative, positive, positive_int
+from koi.types.validators import non_negative, positive, positive_int
 
 __all__ = ["RiskConfig"]
 

@@ -9,7 +9,7 @@ import attrs
 
 from koi.errors import InvalidInput, KoiError
 from koi.risk._config import RiskConfig
-from koi.types._validate import non_negative
+from koi.types.validators import non_negative
 
 __all__ = ["EpsilonCalibrator", "calibrate_epsilon"]
 

@@ -12,7 +12,7 @@ import attrs
 
 from koi.beliefs import Stratum
 from koi.errors import InvalidInput, KoiError
-from koi.types._validate import positive_int
+from koi.types.validators import positive_int
 
 __all__ = ["ResidualHistory", "relative_residual"]
 

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._validate import non_negative, positive
+from koi.types.validators import non_negative, positive
 
 __all__ = ["ScoringConfig"]
 

@@ -9,7 +9,7 @@ import attrs
 from koi.errors import InvalidInput
 from koi.scoring._config import ScoringConfig
 from koi.scoring._explore import exploration_value
-from koi.types._validate import finite, fraction, non_negative
+from koi.types.validators import finite, fraction, non_negative
 
 __all__ = ["JobTerms", "candidate_value", "plan_score"]
 

@@ -10,7 +10,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types import ActionKind, ClusterSnapshot
-from koi.types._validate import finite, non_negative, non_negative_int, positive_int
+from koi.types.validators import finite, non_negative, non_negative_int, positive_int
 
 __all__ = [
     "Candidate",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._validate import fraction, non_negative, positive, positive_int
+from koi.types.validators import fraction, non_negative, positive, positive_int
 
 __all__ = ["LaunchConfig", "SamplingConfig", "SimConfig", "TruthConfig"]
 

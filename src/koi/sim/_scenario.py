@@ -26,9 +26,9 @@ from koi.types import (
     Pool,
     ServingTarget,
     WorkloadProfile,
+    to_market,
 )
-from koi.types._enums import to_market
-from koi.types._validate import (
+from koi.types.validators import (
     identifier,
     non_negative,
     non_negative_int,

@@ -8,7 +8,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._validate import fraction, non_negative, positive, positive_int
+from koi.types.validators import fraction, non_negative, positive, positive_int
 
 __all__ = ["Efficiency", "EngineProfile", "SurrogateConfig"]
 

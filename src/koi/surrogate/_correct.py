@@ -9,7 +9,7 @@ import attrs
 
 from koi.surrogate.replay._step import StepTime, StepTimeModel
 from koi.types import Mediator, Outcome
-from koi.types._validate import positive
+from koi.types.validators import positive
 
 __all__ = ["RankCorrection", "ScaledStepModel"]
 

@@ -13,6 +13,7 @@ from koi.types._enums import (
     Outcome,
     Quant,
     Routing,
+    to_market,
 )
 from koi.types._hardware import Environment, GpuSpec, Pool
 from koi.types._model import ModelSpec
@@ -64,4 +65,5 @@ __all__ = [
     "from_json",
     "to_data",
     "to_json",
+    "to_market",
 ]

@@ -9,7 +9,7 @@ import attrs
 
 from koi.types._enums import Quant, Routing, to_quant, to_routing
 from koi.types._hardware import Environment
-from koi.types._validate import identifier, one_of, positive_int, to_tuple
+from koi.types.validators import identifier, one_of, positive_int, to_tuple
 
 __all__ = ["Chain", "Config", "Ladder", "Rank"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from koi.types._enums import LinkKind, Market, to_link, to_market
-from koi.types._validate import (
+from koi.types.validators import (
     identifier,
     non_negative,
     non_negative_int,

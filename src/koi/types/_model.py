@@ -5,7 +5,7 @@ from __future__ import annotations
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._validate import identifier, non_negative_int, positive, positive_int
+from koi.types.validators import identifier, non_negative_int, positive, positive_int
 
 __all__ = ["ModelSpec"]
 

@@ -11,8 +11,8 @@ from koi.errors import InvalidInput
 from koi.types._deploy import Ladder
 from koi.types._enums import ActionKind, to_action
 from koi.types._hardware import Pool
-from koi.types._validate import identifier, non_negative, non_negative_int, one_of, to_tuple
 from koi.types._workload import Job
+from koi.types.validators import identifier, non_negative, non_negative_int, one_of, to_tuple
 
 __all__ = ["ActiveDeployment", "ClusterSnapshot", "JobAction", "LaunchResult", "Plan", "Quota"]
 

@@ -7,7 +7,7 @@ import attrs
 from koi.errors import InvalidInput
 from koi.types._deploy import Chain
 from koi.types._enums import Mediator, Outcome
-from koi.types._validate import (
+from koi.types.validators import (
     finite,
     fraction,
     identifier,

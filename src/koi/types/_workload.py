@@ -6,7 +6,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types._enums import Arrival, JobClass, Outcome, to_arrival, to_job_class
-from koi.types._validate import (
+from koi.types.validators import (
     fraction,
     identifier,
     non_negative,

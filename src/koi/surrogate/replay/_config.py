@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._validate import fraction, positive
+from koi.types.validators import fraction, positive
 
 
 def _open_unit(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:

@@ -22,7 +22,7 @@ import attrs
 from koi.errors import InvalidInput
 from koi.surrogate.replay._cache import CachedStepModel, StepTuple, UncachedStepModel
 from koi.surrogate.replay._step import StepTimeModel
-from koi.types._validate import positive_int
+from koi.types.validators import positive_int
 
 if TYPE_CHECKING:
     from koi.surrogate.replay._engine import ReplayEngine

@@ -11,7 +11,7 @@ from typing import Protocol
 
 import attrs
 
-from koi.types._validate import non_negative
+from koi.types.validators import non_negative
 
 __all__ = ["StepTime", "StepTimeModel"]
 
