@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,report,llm]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,report,llm,dask]'
 	touch $(STAMP)
 
 demo: venv

@@ -6,11 +6,15 @@ the planner passes each section to the code that needs it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import attrs
 
 from koi.beliefs import BeliefConfig
 from koi.calibration import CalibrationConfig
 from koi.cusum import CusumConfig
+from koi.errors import InvalidInput
 from koi.plugins._default_proposer import ProposerConfig
 from koi.risk import RiskConfig
 from koi.scoring import ScoringConfig
@@ -18,7 +22,7 @@ from koi.selector import BudgetConfig, SelectorConfig
 from koi.surrogate import SurrogateConfig
 from koi.types.validators import fraction, non_negative_int, positive, positive_int
 
-__all__ = ["CorrectionConfig", "KoiConfig", "PlannerConfig"]
+__all__ = ["CorrectionConfig", "KoiConfig", "PlannerConfig", "with_knobs"]
 
 
 @attrs.frozen
@@ -91,3 +95,58 @@ class KoiConfig:
     selector: SelectorConfig = attrs.field(factory=SelectorConfig)
     budget: BudgetConfig = attrs.field(factory=BudgetConfig)
     calibration: CalibrationConfig = attrs.field(factory=CalibrationConfig)
+
+
+def _knob_value(path: str, default: object, value: object) -> object:
+    """``value`` in the type of the field's ``default`` (TOML has no tuples; an int may stand
+    for a float), or :class:`InvalidInput` naming the knob."""
+    if attrs.has(type(default)):
+        raise InvalidInput(f"knob {path!r}: is a section; name one of its fields")
+    if isinstance(default, bool) or isinstance(value, bool):
+        ok = isinstance(default, bool) and isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, int | float)
+        value = float(value) if ok else value  # type: ignore[arg-type]
+    elif isinstance(default, tuple):
+        ok = isinstance(value, list | tuple)
+        value = tuple(value) if ok else value  # type: ignore[arg-type]
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        kind = type(default).__name__
+        raise InvalidInput(f"knob {path!r}: expected a value of type {kind}, got {value!r}")
+    return value
+
+
+def _with_knob(obj: Any, path: str, section: str, parts: list[str], value: object) -> Any:
+    names = [f.name for f in attrs.fields(type(obj))]
+    head, rest = parts[0], parts[1:]
+    if head not in names:
+        choices = ", ".join(names)
+        raise InvalidInput(f"knob {path!r}: {section} has no field {head!r} (fields: {choices})")
+    current = getattr(obj, head)
+    if rest and not attrs.has(type(current)):
+        raise InvalidInput(f"knob {path!r}: {section}.{head} is a value, not a section")
+    new = (
+        _with_knob(current, path, f"{section}.{head}", rest, value)
+        if rest
+        else _knob_value(path, current, value)
+    )
+    try:
+        return attrs.evolve(obj, **{head: new})
+    except InvalidInput as exc:
+        raise InvalidInput(f"knob {path!r}: {exc}") from None
+
+
+def with_knobs(cfg: KoiConfig, knobs: Mapping[str, object]) -> KoiConfig:
+    """``cfg`` with each knob set, a knob named by its dotted path (``"planner.tau"``,
+    ``"selector.time_limit_s"``), its value checked by the field's validator::
+
+        with_knobs(KoiConfig(), {"planner.tau": 0.2, "planner.search_rounds": 1})
+    """
+    for path, value in knobs.items():
+        parts = path.split(".")
+        if not all(parts):
+            raise InvalidInput(f"knob {path!r}: expected a dotted path like 'planner.tau'")
+        cfg = _with_knob(cfg, path, "KoiConfig", parts, value)
+    return cfg

@@ -24,6 +24,7 @@ from koi.baselines._oracle import Oracle, TruthProfiles
 from koi.baselines._perjob import PerJob
 from koi.baselines._queue import BestFixed, QueueFirstFit, edf_key, fcfs_key
 from koi.baselines._registry import (
+    CONFIGURABLE,
     DEFAULT_PLANNERS,
     EXTRA_PLANNERS,
     LLM_PLANNERS,
@@ -35,6 +36,7 @@ from koi.baselines._registry import (
 from koi.baselines._thompson import ArmPosterior, Thompson
 
 __all__ = [
+    "CONFIGURABLE",
     "DEFAULT_PLANNERS",
     "EXTRA_PLANNERS",
     "LLM_PLANNERS",

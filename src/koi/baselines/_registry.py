@@ -14,9 +14,11 @@ from koi.baselines._milp import RollingMilp
 from koi.baselines._perjob import PerJob
 from koi.baselines._queue import BestFixed, QueueFirstFit, edf_key, fcfs_key
 from koi.baselines._thompson import Thompson
+from koi.config import KoiConfig
 from koi.errors import InvalidInput
 
 __all__ = [
+    "CONFIGURABLE",
     "DEFAULT_PLANNERS",
     "EXTRA_PLANNERS",
     "LLM_PLANNERS",
@@ -52,6 +54,8 @@ EXTRA_PLANNERS: tuple[str, ...] = ()
 STOCHASTIC: frozenset[str] = frozenset({"thompson", "evolutionary"})
 #: Reference planners that may see the truth; never competitors.
 REFERENCE: frozenset[str] = frozenset({"oracle", "oracle-koi"})
+#: Planners built on koi's planner: the only ones that read a :class:`~koi.config.KoiConfig`.
+CONFIGURABLE: frozenset[str] = frozenset({"koi", "koi-nograph", "koi-frozen", "oracle-koi"})
 #: LLM planners of the paper; they need an LLM plugin and are not built in.
 LLM_PLANNERS: tuple[str, ...] = ("llm-only", "llm-agent")
 
@@ -63,12 +67,15 @@ def make_policy(
     seed: int = 0,
     world: Any = None,
     cfg: BaselineConfig | None = None,
+    config: KoiConfig | None = None,
 ) -> Any:
     """A fresh policy for planner ``name`` (see :data:`PLANNERS`).
 
     ``catalog`` defaults to :func:`koi.catalog.load_catalog`; ``seed`` seeds stochastic
     planners; ``world`` (a :class:`koi.sim.World` built for the run's scenario and seed) is
-    required by — and only given to — the ``oracle``.
+    required by — and only given to — the references.  ``config`` is the base
+    :class:`~koi.config.KoiConfig` of koi's planners (its ablations switch their part off on
+    top of it); the baselines do not read it.
     """
     from koi.catalog import load_catalog
 
@@ -78,7 +85,7 @@ def make_policy(
     if name in ("koi", "koi-nograph", "koi-frozen"):
         from koi.planner import Planner
 
-        return KoiPolicy(Planner(config=koi_config(name), catalog=cat, name=name))
+        return KoiPolicy(Planner(config=koi_config(name, config), catalog=cat, name=name))
     if name in REFERENCE and world is None:
         raise InvalidInput(f"{name}: needs the world (koi.sim.build_world(scenario, seed=...))")
     if name == "oracle-koi":
@@ -88,7 +95,7 @@ def make_policy(
         from koi.surrogate import Surrogate
 
         truth = TruthModel(world.seed, world.cfg.truth)
-        base = koi_config("koi")
+        base = koi_config("koi", config)
         surrogate = Surrogate(gpus, models, base.surrogate, profiles=TruthProfiles(truth))
         return KoiPolicy(Planner(config=base, catalog=cat, surrogate=surrogate, name=name))
     if name == "oracle":

@@ -1,25 +1,54 @@
-"""The benchmark of paper §3: planners × seeds on a scenario, the table and the report.
+"""The benchmark of paper §3: planners × seeds on a scenario, sweeps, the table and the report.
 
 >>> from koi.bench import run_bench, format_table          # doctest: +SKIP
 >>> result = run_bench("smoke", ["koi", "fcfs", "oracle"], seeds=1, jobs=1)
 >>> print(format_table(result.summary))
+
+Runs execute in a local process pool or, with ``executor=parse_executor("dask")`` and the
+``koi[dask]`` extra, on a Dask cluster.
 """
 
 from __future__ import annotations
 
+from koi.bench._executor import ExecutorSpec, InlineExecutor, open_executor, parse_executor
 from koi.bench._report import mean_series, plots_available, write_report
-from koi.bench._runner import METRICS, BenchResult, aggregate, run_bench, run_one
+from koi.bench._runner import (
+    METRICS,
+    BenchResult,
+    RunTask,
+    aggregate,
+    check_planners,
+    execute,
+    run_bench,
+    run_one,
+    run_tasks,
+)
+from koi.bench._sweep import Sweep, SweepResult, load_sweep, parse_sweep, run_sweep, sweep_line
 from koi.bench._table import COLUMNS, format_table
 
 __all__ = [
     "COLUMNS",
     "METRICS",
     "BenchResult",
+    "ExecutorSpec",
+    "InlineExecutor",
+    "RunTask",
+    "Sweep",
+    "SweepResult",
     "aggregate",
+    "check_planners",
+    "execute",
     "format_table",
+    "load_sweep",
     "mean_series",
+    "open_executor",
+    "parse_executor",
+    "parse_sweep",
     "plots_available",
     "run_bench",
     "run_one",
+    "run_sweep",
+    "run_tasks",
+    "sweep_line",
     "write_report",
 ]

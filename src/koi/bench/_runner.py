@@ -1,4 +1,4 @@
-"""Run planners over seeds of one scenario, in parallel processes, and collect the results."""
+"""Run planners over seeds of one scenario on an executor (processes or Dask), collect results."""
 
 from __future__ import annotations
 
@@ -8,15 +8,27 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from pathlib import Path
 from typing import Any, TextIO
 
 import attrs
 
+from koi.bench._executor import ExecutorSpec, open_executor
 from koi.errors import InvalidInput
+from koi.sim import Scenario
 
-__all__ = ["METRICS", "BenchResult", "aggregate", "run_bench", "run_one"]
+__all__ = [
+    "METRICS",
+    "BenchResult",
+    "RunTask",
+    "aggregate",
+    "check_planners",
+    "execute",
+    "run_bench",
+    "run_one",
+    "run_tasks",
+]
 
 #: Metrics reported per planner in ``results.json`` (means over seeds, plus per-seed values).
 METRICS: tuple[str, ...] = (
@@ -40,34 +52,112 @@ METRICS: tuple[str, ...] = (
 )
 
 
+@attrs.frozen
+class RunTask:
+    """One run: ``planner`` on ``scenario`` with ``seed``, its :class:`~koi.config.KoiConfig`
+    overridden by ``knobs`` (dotted paths, see :func:`koi.config.with_knobs`; koi's planners
+    only).
+
+    The scenario travels loaded, so a worker on another machine needs no scenario file.
+    ``keep_trace`` returns the full trace under ``"trace"``; ``verbose`` prints a line per
+    tick to the worker's stderr.
+    """
+
+    scenario: Scenario
+    planner: str
+    seed: int
+    knobs: tuple[tuple[str, Any], ...] = ()
+    keep_trace: bool = False
+    verbose: bool = False
+
+
+def execute(task: RunTask) -> dict[str, Any]:
+    """Run one :class:`RunTask`: metrics, time series and calibration records (JSON-ready).
+
+    A module-level function so that worker processes (local or Dask) can run it.
+    """
+    from koi.baselines import REFERENCE, make_policy
+    from koi.catalog import load_catalog
+    from koi.config import KoiConfig, with_knobs
+    from koi.sim import build_world, run
+
+    catalog = load_catalog()
+    world = build_world(task.scenario, seed=task.seed) if task.planner in REFERENCE else None
+    config = with_knobs(KoiConfig(), dict(task.knobs)) if task.knobs else None
+    policy = make_policy(task.planner, catalog=catalog, seed=task.seed, world=world, config=config)
+    progress = sys.stderr if task.verbose else None
+    result = run(task.scenario, policy, seed=task.seed, progress=progress)
+    record = result.to_dict()
+    record["planner"] = task.planner
+    calibration = getattr(policy, "calibration", None)
+    record["calibration"] = list(calibration) if calibration is not None else None
+    if task.keep_trace:
+        record["trace"] = result.to_dict(with_trace=True)["trace"]
+    return record
+
+
+def _write_trace(out_dir: Path, record: dict[str, Any]) -> None:
+    """Move ``record``'s full trace to ``out_dir/traces/<planner>-seed<seed>.json``."""
+    traces = out_dir / "traces"
+    traces.mkdir(parents=True, exist_ok=True)
+    full = {k: v for k, v in record.items() if k not in ("planner", "calibration", "trace")}
+    full["trace"] = record.pop("trace")
+    full["calibration"] = record["calibration"]
+    path = traces / f"{record['planner']}-seed{record['seed']}.json"
+    path.write_text(json.dumps(full, default=str))
+
+
 def run_one(
-    scenario: str, planner: str, seed: int, out_dir: str | None = None, verbose: bool = False
+    scenario: str | Path | Scenario,
+    planner: str,
+    seed: int,
+    out_dir: str | Path | None = None,
+    verbose: bool = False,
 ) -> dict[str, Any]:
     """One planner, one seed: metrics, time series and calibration records (JSON-ready).
 
     With ``out_dir``, the full trace goes to ``out_dir/traces/<planner>-seed<seed>.json``.
-    A module-level function so that worker processes can run it.
     """
-    from koi.baselines import REFERENCE, make_policy
-    from koi.catalog import load_catalog
-    from koi.sim import build_world, run
+    from koi.sim import load_scenario
 
-    catalog = load_catalog()
-    world = build_world(scenario, seed=seed) if planner in REFERENCE else None
-    policy = make_policy(planner, catalog=catalog, seed=seed, world=world)
-    result = run(scenario, policy, seed=seed, progress=sys.stderr if verbose else None)
-    record = result.to_dict()
-    record["planner"] = planner
-    calibration = getattr(policy, "calibration", None)
-    record["calibration"] = list(calibration) if calibration is not None else None
+    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    task = RunTask(sc, planner, seed, keep_trace=out_dir is not None, verbose=verbose)
+    record = execute(task)
     if out_dir is not None:
-        traces = Path(out_dir) / "traces"
-        traces.mkdir(parents=True, exist_ok=True)
-        full = result.to_dict(with_trace=True)
-        full["calibration"] = record["calibration"]
-        path = traces / f"{planner}-seed{seed}.json"
-        path.write_text(json.dumps(full, default=str))
+        _write_trace(Path(out_dir), record)
     return record
+
+
+def run_tasks(
+    tasks: Sequence[RunTask],
+    *,
+    executor: ExecutorSpec | None = None,
+    jobs: int | None = None,
+    done: Callable[[RunTask, dict[str, Any]], None] | None = None,
+    worker: Callable[[RunTask], dict[str, Any]] = execute,
+) -> list[dict[str, Any]]:
+    """Run ``tasks`` on ``executor`` (default: a process pool of ``jobs`` workers, the CPU
+    count by default) and return their records in task order.
+
+    Tasks are submitted in order (put the slowest first); ``done`` is called in this process
+    as each finishes.  A run that raises fails the whole call with its exception.
+    """
+    spec = executor or ExecutorSpec()
+    workers = jobs if jobs is not None else (os.cpu_count() or 1)
+    if workers < 1:
+        raise InvalidInput(f"jobs: must be >= 1, got {workers}")
+    records: list[dict[str, Any] | None] = [None] * len(tasks)
+    if not tasks:
+        return []
+    with open_executor(spec, min(workers, len(tasks))) as pool:
+        futures = {pool.submit(worker, t): k for k, t in enumerate(tasks)}
+        for fut in as_completed(futures):
+            k = futures[fut]
+            record = fut.result()
+            records[k] = record
+            if done is not None:
+                done(tasks[k], record)
+    return [r for r in records if r is not None]
 
 
 @attrs.frozen
@@ -94,23 +184,28 @@ def _finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def aggregate(runs: Sequence[Mapping[str, Any]], planners: Sequence[str]) -> dict[str, Any]:
+def aggregate(
+    runs: Sequence[Mapping[str, Any]], planners: Sequence[str], *, key: str = "planner"
+) -> dict[str, Any]:
     """Per planner: the mean and spread (sample standard deviation; 0 for one seed) of every
     metric in :data:`METRICS` over its seeds, and the per-seed values.
 
-    A non-finite value (a cost per SLO token with no SLO token) makes the mean ``None``.
+    Runs are grouped by their ``key`` field (a sweep groups by its row label, a planner with
+    its knobs); ``planners`` lists the groups in table order.  A non-finite value (a cost per
+    SLO token with no SLO token) makes the mean ``None``.
     """
     from koi.baselines import REFERENCE, STOCHASTIC
 
     out: dict[str, Any] = {}
     for name in planners:
-        mine = sorted((r for r in runs if r["planner"] == name), key=lambda r: r["seed"])
+        mine = sorted((r for r in runs if r[key] == name), key=lambda r: r["seed"])
         if not mine:
             continue
+        planner = mine[0]["planner"]
         entry: dict[str, Any] = {
             "seeds": [r["seed"] for r in mine],
-            "stochastic": name in STOCHASTIC,
-            "reference": name in REFERENCE,
+            "stochastic": planner in STOCHASTIC,
+            "reference": planner in REFERENCE,
             "wall_s": sum(r["wall_s"] for r in mine),
         }
         spread: dict[str, float | None] = {}
@@ -131,72 +226,71 @@ def aggregate(runs: Sequence[Mapping[str, Any]], planners: Sequence[str]) -> dic
     return out
 
 
-def _check_planners(planners: Sequence[str]) -> None:
+def check_planners(planners: Sequence[str], where: str = "--planners") -> None:
+    """:class:`InvalidInput` naming ``where`` unless every planner is a runnable built-in."""
     from koi.baselines import EXTRA_PLANNERS, LLM_PLANNERS, PLANNERS
 
     known = (*PLANNERS, *EXTRA_PLANNERS)
     for p in planners:
         if p in LLM_PLANNERS:
-            raise InvalidInput(f"--planners: {p!r} needs an LLM plugin, none is configured")
+            raise InvalidInput(f"{where}: {p!r} needs an LLM plugin, none is configured")
         if p not in known:
-            raise InvalidInput(f"--planners: unknown planner {p!r}; choose from {list(known)}")
+            raise InvalidInput(f"{where}: unknown planner {p!r}; choose from {list(known)}")
 
 
 def run_bench(
-    scenario: str,
+    scenario: str | Path,
     planners: Sequence[str],
     *,
     seeds: int = 3,
     jobs: int | None = None,
+    executor: ExecutorSpec | None = None,
     out_dir: str | Path | None = None,
     progress: TextIO | None = None,
     verbose: bool = False,
-    worker: Callable[..., dict[str, Any]] = run_one,
+    worker: Callable[[RunTask], dict[str, Any]] = execute,
 ) -> BenchResult:
     """Run every planner on seeds ``0 .. seeds-1`` of ``scenario``.
 
-    Runs go to ``jobs`` worker processes (default: the CPU count; 1 runs in this process),
-    the slowest planners (koi and its ablations) first.  ``progress`` gets a line per finished
-    run; ``out_dir`` receives the traces.  Every planner runs every seed: the seed also draws
-    the world (hardware truth, traffic, faults), so a deterministic planner's spread is the
-    world's.
+    Runs go to ``executor`` (default: a pool of ``jobs`` worker processes, the CPU count by
+    default; 1 runs in this process; see :func:`koi.bench.parse_executor` for Dask), the
+    slowest planners (koi and its ablations) first.  ``progress`` gets a line per finished
+    run; ``out_dir`` receives the traces (written by this process, whatever ran them).  Every
+    planner runs every seed: the seed also draws the world (hardware truth, traffic, faults),
+    so a deterministic planner's spread is the world's.
     """
     if seeds < 1:
         raise InvalidInput(f"seeds: must be >= 1, got {seeds}")
-    _check_planners(planners)
+    check_planners(planners)
     from koi.sim import load_scenario
 
-    name = load_scenario(scenario).name  # fail early on a bad scenario
-    out = str(out_dir) if out_dir is not None else None
-    tasks = [(p, s) for p in planners for s in range(seeds)]
-    tasks.sort(key=lambda t: ("koi" not in t[0], t[0] != "oracle"))
-    workers = jobs if jobs is not None else (os.cpu_count() or 1)
+    sc = load_scenario(scenario)  # fail early on a bad scenario
+    out = Path(out_dir) if out_dir is not None else None
+    pairs = [(p, s) for p in planners for s in range(seeds)]
+    pairs.sort(key=lambda t: ("koi" not in t[0], t[0] != "oracle"))
+    tasks = [RunTask(sc, p, s, keep_trace=out is not None, verbose=verbose) for p, s in pairs]
     t0 = time.perf_counter()
-    runs: list[dict[str, Any]] = []
+    finished = 0
 
-    def done(rec: dict[str, Any]) -> None:
-        runs.append(rec)
+    def done(_task: RunTask, rec: dict[str, Any]) -> None:
+        nonlocal finished
+        finished += 1
+        if out is not None:
+            _write_trace(out, rec)
         if progress is not None:
             m = rec["metrics"]
             print(
-                f"[bench {len(runs)}/{len(tasks)}] {rec['planner']} seed={rec['seed']} "
+                f"[bench {finished}/{len(tasks)}] {rec['planner']} seed={rec['seed']} "
                 f"composite={m['composite']:.1f} goodput={m['goodput_tok_s']:.0f} tok/s "
                 f"wall={rec['wall_s']:.1f}s (elapsed {time.perf_counter() - t0:.0f}s)",
                 file=progress,
                 flush=True,
             )
 
-    if workers <= 1 or len(tasks) == 1:
-        for p, s in tasks:
-            done(worker(scenario, p, s, out, verbose))
-    else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-            futures = [pool.submit(worker, scenario, p, s, out, verbose) for p, s in tasks]
-            for fut in as_completed(futures):
-                done(fut.result())
+    runs = run_tasks(tasks, executor=executor, jobs=jobs, done=done, worker=worker)
     runs.sort(key=lambda r: (list(planners).index(r["planner"]), r["seed"]))
     return BenchResult(
-        scenario=name,
+        scenario=sc.name,
         seeds=tuple(range(seeds)),
         planners=tuple(planners),
         runs=tuple(runs),

@@ -22,6 +22,7 @@ _COMMANDS: tuple[str, ...] = (
     "koi.cli._predict",
     "koi.cli._plan",
     "koi.cli._scenarios",
+    "koi.cli._sweep",
 )
 
 

@@ -17,7 +17,8 @@ def register(subparsers: Any) -> None:
         help="compare koi with the baselines on a simulated fleet",
         description=(
             "Run planners (default: every non-LLM planner, the oracle as the reference "
-            "ceiling) on a simulated-fleet scenario over several seeds, in parallel processes; "
+            "ceiling) on a simulated-fleet scenario over several seeds, in parallel processes "
+            "or on a Dask cluster (--executor dask); "
             "print the table (mean ± spread over seeds), write results.json, per-planner "
             "traces and, with matplotlib installed, PNG plots and report.md to --out."
         ),
@@ -28,7 +29,21 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per planner (default 3)")
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out/)")
-    p.add_argument("--jobs", type=int, default=None, help="worker processes (default: CPUs)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes, or a LocalCluster's workers (default: CPUs)",
+    )
+    p.add_argument(
+        "--executor",
+        default="process",
+        metavar="process|dask[=ADDRESS]",
+        help=(
+            "where runs execute: a local process pool (default), a Dask LocalCluster "
+            "('dask'), or a running Dask scheduler ('dask=tcp://HOST:PORT'); needs koi[dask]"
+        ),
+    )
     p.add_argument("--json", action="store_true", help="print results.json to stdout")
     p.add_argument("--verbose", action="store_true", help="one progress line per tick per run")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -37,17 +52,19 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from koi.baselines import DEFAULT_PLANNERS
-    from koi.bench import format_table, run_bench, write_report
+    from koi.bench import format_table, parse_executor, run_bench, write_report
 
     planners = (
         [p.strip() for p in args.planners.split(",") if p.strip()]
         if args.planners
         else list(DEFAULT_PLANNERS)
     )
+    executor = parse_executor(args.executor)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(
-        f"koi bench: {args.scenario}, {len(planners)} planner(s) x {args.seeds} seed(s)",
+        f"koi bench: {args.scenario}, {len(planners)} planner(s) x {args.seeds} seed(s) "
+        f"on {executor}",
         file=sys.stderr,
         flush=True,
     )
@@ -56,6 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         planners,
         seeds=args.seeds,
         jobs=args.jobs,
+        executor=executor,
         out_dir=out,
         progress=sys.stderr,
         verbose=args.verbose,

@@ -1,0 +1,238 @@
+"""A sweep: the grid of scenarios × planners × seeds × ``KoiConfig`` knob settings.
+
+A sweep file is TOML::
+
+    [sweep]
+    scenarios = ["smoke", "hetero-3h"]   # built-in names or scenario TOML paths
+    planners = ["koi", "rolling-milp"]
+    seeds = 3                            # seeds 0..2; or a list, e.g. [3, 4, 5]
+
+    [knobs]                              # each knob's list of values; the grid is their product
+    "planner.tau" = [0.2, 0.3]
+    planner.search_rounds = [1, 2]       # a dotted key is the same knob
+
+A knob is a dotted path into :class:`koi.config.KoiConfig`; a value that is not a list is a
+single setting (write a list of lists for a tuple-valued knob).  Only koi's planners read the
+knobs (:data:`koi.baselines.CONFIGURABLE`): every other planner runs once per scenario and
+seed, with no knobs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from koi.bench._executor import ExecutorSpec
+from koi.bench._runner import METRICS, RunTask, aggregate, check_planners, execute, run_tasks
+from koi.errors import InvalidInput
+
+__all__ = ["Sweep", "SweepResult", "load_sweep", "parse_sweep", "run_sweep", "sweep_line"]
+
+_SWEEP_KEYS = ("scenarios", "planners", "seeds")
+
+Knobs = tuple[tuple[str, Any], ...]
+
+
+@attrs.frozen
+class Sweep:
+    """A parsed sweep file (see the module docstring); ``knobs`` maps each knob's dotted path
+    to the values it takes, in file order."""
+
+    scenarios: tuple[str, ...]
+    planners: tuple[str, ...]
+    seeds: tuple[int, ...]
+    knobs: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    def settings(self) -> list[Knobs]:
+        """Every knob setting of the grid (one empty setting when the sweep has no knobs)."""
+        paths = [path for path, _ in self.knobs]
+        return [
+            tuple(zip(paths, values, strict=True))
+            for values in itertools.product(*(vals for _, vals in self.knobs))
+        ]
+
+    def cells(self) -> list[tuple[str, str, int, Knobs]]:
+        """Every (scenario, planner, seed, knobs) of the grid: scenario, then planner as
+        listed, then knob setting, then seed."""
+        from koi.baselines import CONFIGURABLE
+
+        return [
+            (sc, p, seed, knobs)
+            for sc in self.scenarios
+            for p in self.planners
+            for knobs in (self.settings() if p in CONFIGURABLE else [()])
+            for seed in self.seeds
+        ]
+
+
+def label(planner: str, knobs: Knobs) -> str:
+    """A sweep row's name: the planner and its knob setting (``koi planner.tau=0.2``)."""
+    return " ".join([planner, *(f"{path}={value!r}" for path, value in knobs)])
+
+
+def _flatten(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    """Dotted TOML keys and sub-tables (``{"planner": {"tau": x}}``) as dotted paths."""
+    out: list[tuple[str, Any]] = []
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out += _flatten(value, f"{path}.")
+        else:
+            out.append((path, value))
+    return out
+
+
+def _seeds(value: object, source: str) -> tuple[int, ...]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 1:
+            raise InvalidInput(f"{source}: sweep.seeds: must be >= 1, got {value}")
+        return tuple(range(value))
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+    ):
+        if len(set(value)) != len(value):
+            raise InvalidInput(f"{source}: sweep.seeds: repeats a seed: {value}")
+        return tuple(value)
+    msg = f"{source}: sweep.seeds: expected a count >= 1 or a list of seeds >= 0, got {value!r}"
+    raise InvalidInput(msg)
+
+
+def _names(doc: Mapping[str, Any], key: str, source: str) -> tuple[str, ...]:
+    value = doc.get(key)
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise InvalidInput(f"{source}: sweep.{key}: expected a non-empty list of names")
+    if len(set(value)) != len(value):
+        raise InvalidInput(f"{source}: sweep.{key}: repeats a name: {value}")
+    return tuple(value)
+
+
+def parse_sweep(text: str, *, source: str = "<sweep>") -> Sweep:
+    """A :class:`Sweep` from TOML text; every error names ``source`` and the key.
+
+    Planners and knob values are checked here, so a bad grid fails before any run starts;
+    scenarios are loaded by :func:`run_sweep`.
+    """
+    from koi.config import KoiConfig, with_knobs
+
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{source}: not valid TOML: {exc}") from None
+    unknown = sorted(set(doc) - {"sweep", "knobs"})
+    if unknown:
+        raise InvalidInput(f"{source}: unknown table(s) {unknown}; expected [sweep] and [knobs]")
+    head = doc.get("sweep")
+    if not isinstance(head, dict):
+        raise InvalidInput(f"{source}: missing the [sweep] table")
+    extra = sorted(set(head) - set(_SWEEP_KEYS))
+    if extra:
+        raise InvalidInput(f"{source}: sweep: unknown key(s) {extra}; expected {_SWEEP_KEYS}")
+    planners = _names(head, "planners", source)
+    check_planners(planners, where=f"{source}: sweep.planners")
+    knobs: list[tuple[str, tuple[Any, ...]]] = []
+    for path, value in _flatten(doc.get("knobs", {})):
+        values = tuple(value) if isinstance(value, list) else (value,)
+        if not values:
+            raise InvalidInput(f"{source}: knobs.{path}: an empty list sets nothing")
+        for v in values:
+            try:
+                with_knobs(KoiConfig(), {path: v})
+            except InvalidInput as exc:
+                raise InvalidInput(f"{source}: knobs: {exc}") from None
+        knobs.append((path, values))
+    return Sweep(
+        scenarios=_names(head, "scenarios", source),
+        planners=planners,
+        seeds=_seeds(head.get("seeds", 1), source),
+        knobs=tuple(knobs),
+    )
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """:func:`parse_sweep` of a file."""
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInput(f"sweep: no file {str(p)!r}")
+    return parse_sweep(p.read_text(encoding="utf-8"), source=str(p))
+
+
+@attrs.frozen
+class SweepResult:
+    """Every run of a sweep (records in grid order, each with its ``knobs`` and ``label``) and
+    per scenario the summary of :func:`koi.bench.aggregate` by row label."""
+
+    sweep: Sweep
+    runs: tuple[Mapping[str, Any], ...]
+    summaries: Mapping[str, Mapping[str, Mapping[str, Any]]]
+    wall_s: float
+
+
+def sweep_line(record: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's JSON line: what ran, its wall time and its metrics (no series, no trace)."""
+    return {
+        "scenario": record["scenario"],
+        "planner": record["planner"],
+        "knobs": dict(record["knobs"]),
+        "label": record["label"],
+        "seed": record["seed"],
+        "wall_s": record["wall_s"],
+        "metrics": {m: record["metrics"][m] for m in METRICS},
+    }
+
+
+def run_sweep(
+    sweep: Sweep,
+    *,
+    executor: ExecutorSpec | None = None,
+    jobs: int | None = None,
+    on_run: Callable[[Mapping[str, Any]], None] | None = None,
+    worker: Callable[[RunTask], dict[str, Any]] = execute,
+) -> SweepResult:
+    """Run every cell of ``sweep`` on ``executor`` (see :func:`koi.bench.run_tasks`), the
+    slowest planners first; ``on_run`` gets each finished run's record (with ``knobs`` and
+    ``label``) as it comes.  The result lists the runs in grid order."""
+    from koi.baselines import CONFIGURABLE
+    from koi.sim import load_scenario
+
+    loaded = {name: load_scenario(name) for name in sweep.scenarios}
+    names = [sc.name for sc in loaded.values()]
+    if len(set(names)) != len(names):
+        raise InvalidInput(f"sweep.scenarios: two scenarios share a name: {names}")
+    cells = sweep.cells()
+    # The slowest planners (koi's, then the oracle) go first, so the last runs are short.
+    order = sorted(
+        range(len(cells)),
+        key=lambda k: (cells[k][1] not in CONFIGURABLE, cells[k][1] != "oracle"),
+    )
+    tasks = [
+        RunTask(loaded[sc], p, seed, knobs=knobs)
+        for sc, p, seed, knobs in (cells[k] for k in order)
+    ]
+    t0 = time.perf_counter()
+
+    def tag(task: RunTask, record: dict[str, Any]) -> None:
+        record["knobs"] = dict(task.knobs)
+        record["label"] = label(task.planner, task.knobs)
+        if on_run is not None:
+            on_run(record)
+
+    done = run_tasks(tasks, executor=executor, jobs=jobs, done=tag, worker=worker)
+    runs: list[dict[str, Any]] = [{}] * len(cells)
+    for k, record in zip(order, done, strict=True):
+        runs[k] = record
+    summaries: dict[str, Mapping[str, Mapping[str, Any]]] = {}
+    for name in names:
+        mine = [r for r in runs if r["scenario"] == name]
+        labels = list(dict.fromkeys(r["label"] for r in mine))
+        summaries[name] = aggregate(mine, labels, key="label")
+    return SweepResult(
+        sweep=sweep, runs=tuple(runs), summaries=summaries, wall_s=time.perf_counter() - t0
+    )
