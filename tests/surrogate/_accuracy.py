@@ -18,6 +18,21 @@ from koi.surrogate import SurrogateConfig, predict_serving
 from koi.types import Config
 
 DATA = Path(__file__).parent / "data" / "measurements.csv"
+METRICS = ("ttft_ms", "tpot_ms", "throughput_tok_s")
+
+
+def source_label(row: dict[str, str]) -> str:
+    """A short name for the row's source (the CSV carries the full citation)."""
+    s = row["source"]
+    for key, label in (
+        ("silicon_sample", "aiconfigurator silicon_sample"),
+        ("NIM LLM benchmarking", "NIM docs"),
+        ("Oracle", "OCI blog"),
+        ("nim.csv", "NVIDIA DLI nim.csv"),
+    ):
+        if key in s:
+            return label
+    return s[:40]
 
 
 def rows(split: str | None = None) -> list[dict[str, str]]:

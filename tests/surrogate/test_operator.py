@@ -32,21 +32,22 @@ def test_prefill_attention_is_quadratic() -> None:
     assert attn(8000) / attn(4000) > 3.9
 
 
-def test_tp_helps_more_on_nvlink_than_pcie() -> None:
+def test_tp_helps_more_on_nvlink_than_on_pcie_without_p2p() -> None:
     model = models()["Llama-3.1-8B"]
 
     def speedup(gpu: str) -> float:
-        one = _decode(OperatorModel(gpus()[gpu], model, Config(tp=1, quant="fp8")), 8, 1000)
-        four = _decode(OperatorModel(gpus()[gpu], model, Config(tp=4, quant="fp8")), 8, 1000)
+        one = _decode(OperatorModel(gpus()[gpu], model, Config(tp=1, quant="fp8")), 64, 1000)
+        four = _decode(OperatorModel(gpus()[gpu], model, Config(tp=4, quant="fp8")), 64, 1000)
         return one / four
 
+    assert gpus()["L40S"].link == "pcie_no_p2p"
     assert speedup("H100-SXM") > 1.3
     assert speedup("H100-SXM") > speedup("L40S") * 1.2
     pcie = OperatorModel(gpus()["L40S"], model, Config(tp=4)).breakdown(
-        prefill_tokens=0, prefill_pairs=0, decode_seqs=8, decode_context_tokens=8000
+        prefill_tokens=0, prefill_pairs=0, decode_seqs=64, decode_context_tokens=64000
     )
     nvl = OperatorModel(gpus()["H100-SXM"], model, Config(tp=4)).breakdown(
-        prefill_tokens=0, prefill_pairs=0, decode_seqs=8, decode_context_tokens=8000
+        prefill_tokens=0, prefill_pairs=0, decode_seqs=64, decode_context_tokens=64000
     )
     assert pcie["tp_allreduce"].comm_s > 2.5 * nvl["tp_allreduce"].comm_s
 

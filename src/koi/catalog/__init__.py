@@ -13,7 +13,7 @@ The data live as TOML files in ``koi/catalog/data`` (sources in ``docs/catalog.m
 from __future__ import annotations
 
 from koi.catalog._catalog import Catalog
-from koi.catalog._instance import InstanceType
+from koi.catalog._instance import PCIE_X16_GB_S, InstanceType
 from koi.catalog._load import (
     CatalogEntries,
     load_catalog,
@@ -22,6 +22,7 @@ from koi.catalog._load import (
 )
 
 __all__ = [
+    "PCIE_X16_GB_S",
     "Catalog",
     "CatalogEntries",
     "InstanceType",

@@ -8,10 +8,11 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types import Environment, Market
+from koi.types import Environment, LinkKind, Market
 from koi.types.validators import (
     identifier,
     non_negative,
+    one_of,
     optional,
     positive,
     positive_int,
@@ -31,6 +32,22 @@ def _regions(_inst: object, attribute: attrs.Attribute[Any], value: tuple[object
         raise InvalidInput(f"{attribute.name}: must not repeat a region, got {list(value)}")
 
 
+# Per-direction bandwidth of a x16 link, GB/s (PCI-SIG: 8/16/32/64 GT/s per lane).
+PCIE_X16_GB_S = {3: 16.0, 4: 32.0, 5: 64.0, 6: 128.0}
+
+
+def _pcie_gen(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or value not in PCIE_X16_GB_S:
+        raise InvalidInput(f"{attribute.name}: must be one of 3, 4, 5, 6, got {value!r}")
+
+
+def _link(value: Any) -> Any:
+    try:
+        return LinkKind(value)
+    except ValueError:
+        return value  # the validator names the field and the choices
+
+
 def _boolean(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, bool):
         raise InvalidInput(f"{attribute.name}: must be true or false, got {value!r}")
@@ -45,7 +62,10 @@ class InstanceType:
     ``reserved_usd_per_h`` is the hourly equivalent of a one-year commitment.
     ``spot_preemption_per_h`` is the hazard λ of a spot reclaim: an instance survives an hour
     with probability ``exp(-λ)``. ``multi_node`` says that instances can be joined over a fast
-    fabric (EFA / InfiniBand) to hold one multi-node chain.
+    fabric (EFA / InfiniBand) to hold one multi-node chain.  ``link`` is the node's GPU
+    interconnect when it differs from the GPU's catalog link (``pcie`` with peer-to-peer,
+    ``pcie_no_p2p`` when collectives are staged through host memory); ``pcie_gen`` the PCIe
+    generation of its GPU slots (3-6), which sets the link bandwidth.
     """
 
     cloud: str = attrs.field(validator=identifier)
@@ -58,6 +78,17 @@ class InstanceType:
     reserved_usd_per_h: float | None = attrs.field(default=None, validator=optional(positive))
     spot_preemption_per_h: float = attrs.field(default=0.0, validator=non_negative)
     multi_node: bool = attrs.field(default=False, validator=_boolean)
+    link: LinkKind | None = attrs.field(
+        default=None,
+        converter=attrs.converters.optional(_link),
+        validator=optional(one_of(LinkKind)),
+    )
+    pcie_gen: int | None = attrs.field(default=None, validator=optional(_pcie_gen))
+
+    @property
+    def link_gb_s(self) -> float | None:
+        """Per-GPU, per-direction bandwidth of a PCIe x16 link of ``pcie_gen`` (None if unset)."""
+        return None if self.pcie_gen is None else PCIE_X16_GB_S[self.pcie_gen]
 
     def __attrs_post_init__(self) -> None:
         if not self.markets:
@@ -121,6 +152,8 @@ class InstanceType:
             price_usd_per_h=self.price_usd_per_h(m),
             preemption_per_h=self.spot_preemption_per_h if m is Market.SPOT else 0.0,
             multi_node=self.multi_node,
+            link=self.link,
+            link_gb_s=self.link_gb_s,
         )
 
     def environments(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from typing import Any
+
+import attrs
 
 from koi.errors import InvalidInput
 
@@ -30,6 +33,31 @@ def register(subparsers: Any) -> None:
     p.add_argument("--engine", default="vllm", help="serving engine (vllm, sglang, trtllm)")
     p.add_argument("--max-batch", type=int, default=256, help="max running sequences")
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="tokens per iteration")
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="share of device memory the engine may use (default 0.9, vLLM's)",
+    )
+    p.add_argument(
+        "--eager", action="store_true", help="eager mode: no CUDA graphs (vLLM --enforce-eager)"
+    )
+    p.add_argument("--no-chunked-prefill", action="store_true", help="prompts are prefilled whole")
+    p.add_argument(
+        "--max-model-len", type=int, default=None, help="longest request the engine accepts"
+    )
+    p.add_argument("--kv-cache-dtype", default="auto", help="KV cache dtype: auto (BF16) or fp8")
+    p.add_argument(
+        "--instance",
+        default=None,
+        help="catalog instance type CLOUD/NAME: its interconnect (e.g. aws/g6e.48xlarge)",
+    )
+    p.add_argument(
+        "--interconnect",
+        default=None,
+        help="GPU interconnect: nvlink, pcie (peer-to-peer), pcie_no_p2p, infinity_fabric",
+    )
+    p.add_argument("--pcie-gen", type=int, default=None, help="PCIe generation (3-6)")
     p.add_argument("--replicas", type=int, default=1)
     p.add_argument("--isl", type=int, required=True, help="input tokens per request")
     p.add_argument("--osl", type=int, required=True, help="output tokens per request")
@@ -66,11 +94,77 @@ def _finite(x: Any) -> Any:
     return x
 
 
+ENGINES = ("vllm", "sglang", "trtllm")
+_LINKS = ("nvlink", "pcie", "pcie_no_p2p", "infinity_fabric")
+
+
+def _bad_input(args: argparse.Namespace) -> str | None:
+    """The first invalid flag, as ``--flag: rule, got value``; None when all are valid."""
+    positive = (
+        ("--tp", args.tp),
+        ("--pp", args.pp),
+        ("--max-batch", args.max_batch),
+        ("--max-batched-tokens", args.max_batched_tokens),
+        ("--replicas", args.replicas),
+        ("--isl", args.isl),
+        ("--osl", args.osl),
+        ("--concurrency", args.concurrency),
+        ("--max-model-len", args.max_model_len),
+    )
+    for flag, value in positive:
+        if value is not None and value < 1:
+            return f"{flag}: must be an integer >= 1, got {value}"
+    if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
+        return f"--rate: must be > 0 requests per second, got {args.rate}"
+    if not 0 < args.gpu_memory_utilization <= 1:
+        return f"--gpu-memory-utilization: must be in (0, 1], got {args.gpu_memory_utilization}"
+    if args.price_per_gpu_h is not None and not args.price_per_gpu_h >= 0:
+        return f"--price-per-gpu-h: must be >= 0, got {args.price_per_gpu_h}"
+    choices = (
+        ("--engine", args.engine, ENGINES),
+        ("--kv-cache-dtype", args.kv_cache_dtype, ("auto", "fp8")),
+        ("--interconnect", args.interconnect, (None, *_LINKS)),
+        ("--pcie-gen", args.pcie_gen, (None, 3, 4, 5, 6)),
+    )
+    for flag, value, allowed in choices:
+        if value not in allowed:
+            names = ", ".join(str(a) for a in allowed if a is not None)
+            return f"{flag}: must be one of {names}, got {value!r}"
+    return None
+
+
+def _environment(catalog: Any, args: argparse.Namespace, gpu: str) -> Any:
+    """The environment whose interconnect the GPUs use: ``--instance``, then overrides."""
+    from koi.catalog import PCIE_X16_GB_S
+    from koi.types import Environment
+
+    env = None
+    if args.instance is not None:
+        cloud, _, name = args.instance.partition("/")
+        inst = catalog.instance(cloud, name)
+        if inst.gpu != gpu:
+            raise InvalidInput(f"--instance: {inst.id} has {inst.gpu} GPUs, not {gpu}")
+        env = inst.environments()[0]
+    if args.interconnect is None and args.pcie_gen is None:
+        return env
+    if env is None:
+        env = Environment("cli", "local", "on_demand", "cli", gpu, 1, 0.0)
+    return attrs.evolve(
+        env,
+        link=args.interconnect or env.link,
+        link_gb_s=PCIE_X16_GB_S[args.pcie_gen] if args.pcie_gen else env.link_gb_s,
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     from koi.catalog import load_catalog
     from koi.surrogate import AicProfiles, SurrogateConfig, predict_serving
     from koi.types import Config
 
+    problem = _bad_input(args)
+    if problem is not None:
+        print(f"koi predict: error: {problem}", file=sys.stderr)
+        return 2
     catalog = load_catalog()
     cfg = SurrogateConfig(use_replay=not args.analytic)
     gpu = catalog.gpu(args.gpu)
@@ -82,7 +176,13 @@ def _run(args: argparse.Namespace) -> int:
         quant=args.quant,
         max_batch_size=args.max_batch,
         max_batched_tokens=args.max_batched_tokens,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        cuda_graphs=not args.eager,
+        chunked_prefill=not args.no_chunked_prefill,
+        max_model_len=args.max_model_len,
+        kv_cache_dtype=args.kv_cache_dtype,
     )
+    environment = _environment(catalog, args, gpu.name)
     pred = predict_serving(
         gpu,
         model,
@@ -96,6 +196,7 @@ def _run(args: argparse.Namespace) -> int:
         cfg=cfg,
         profiles=AicProfiles(cfg) if args.backend == "aic" else None,
         candidates=catalog.models.values(),
+        environment=environment,
     )
     data = _finite(pred.to_dict())
     if args.json:

@@ -5,7 +5,7 @@ feasibility (C2), replay-based serving predictions, corrections and substitution
 from __future__ import annotations
 
 from koi.surrogate._aic import AicProfiles, aic_available
-from koi.surrogate._config import Efficiency, EngineProfile, SurrogateConfig
+from koi.surrogate._config import Collective, Efficiency, EngineProfile, SurrogateConfig
 from koi.surrogate._correct import RankCorrection, ScaledStepModel
 from koi.surrogate._memory import Feasibility, feasibility
 from koi.surrogate._operator import OperatorModel
@@ -21,6 +21,7 @@ from koi.surrogate._substitute import (
 
 __all__ = [
     "AicProfiles",
+    "Collective",
     "Efficiency",
     "EngineProfile",
     "Feasibility",

@@ -62,6 +62,7 @@ class RankLoad:
     output_len: LengthDist
     sync_weight: float = 0.5
     mixed_prefill: bool = True  # the engine's iteration scheduler (EngineProfile)
+    chunk_admission: bool = False  # the engine's KV admission policy (EngineProfile)
 
 
 @attrs.frozen
@@ -269,7 +270,50 @@ def estimate_open_loop(load: RankLoad, rate_rps: float, horizon_s: float) -> Ser
 
 
 def estimate_closed_loop(load: RankLoad, concurrency: float) -> ServingEstimate:
-    """Steady state of one replica that always has ``concurrency`` requests in flight."""
+    """Steady state of one replica that always has ``concurrency`` requests in flight.
+
+    With chunk admission (vLLM) more clients than the KV cache holds make the engine thrash:
+    see :func:`_thrash`.
+    """
+    est = _estimate_closed_loop(load, concurrency)
+    waste = _thrash(load, concurrency)
+    if waste <= 0.0:
+        return est
+    # Every completed request also pays ``waste`` prompt recomputations: stretch its prefill.
+    inp, out = load.input_len.mean, load.output_len.mean
+    chunk = _steps(load, 0.0, 0.0, inp).chunk
+    per_request = out / max(est.throughput_tok_s, 1e-12)  # busy seconds per completion
+    extra = waste * math.ceil(inp / load.max_batched_tokens) * chunk.time_s
+    scale = per_request / (per_request + extra)
+    return attrs.evolve(
+        est,
+        throughput_tok_s=est.throughput_tok_s * scale,
+        p50_ttft_ms=est.p50_ttft_ms + extra * 1e3,
+        p99_ttft_ms=est.p99_ttft_ms + 2.0 * extra * 1e3,
+        preemption_rate=est.preemption_rate + waste * est.throughput_tok_s * scale / out,
+    )
+
+
+def _thrash(load: RankLoad, concurrency: float) -> float:
+    """Prompt recomputations per completed request when admission outruns the KV cache.
+
+    A chunk-admitting engine admits a prompt once its first slice fits, so it runs up to
+    ``n_adm = min(C, max batch, KV / slice)`` sequences while only ``n_fit = KV / (I + O)``
+    can finish; each of the ``n_adm − n_fit`` extra sequences is preempted (and its prompt
+    recomputed) once per slice it claims, shared over the ``n_fit`` that complete.
+    """
+    if not load.chunk_admission:
+        return 0.0
+    inp, out = load.input_len.mean, load.output_len.mean
+    kv = float(load.kv_capacity_tokens)
+    n_fit = kv / (inp + out)
+    n_adm = min(concurrency, float(load.max_batch_size), kv / min(inp, load.max_batched_tokens))
+    if n_adm <= n_fit or n_fit <= 0:
+        return 0.0
+    return (n_adm - n_fit) / n_fit * math.ceil(inp / load.max_batched_tokens)
+
+
+def _estimate_closed_loop(load: RankLoad, concurrency: float) -> ServingEstimate:
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
     b_max, cap, _ = _capacity(load, inp, out)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from koi.errors import InvalidInput
+from koi.types import Config
 from koi.types.validators import fraction, non_negative, positive, positive_int
 
-__all__ = ["Efficiency", "EngineProfile", "SurrogateConfig"]
+__all__ = ["Collective", "Efficiency", "EngineProfile", "SurrogateConfig", "kv_bytes_per_value"]
 
 
 @attrs.frozen
@@ -19,21 +21,63 @@ class Efficiency:
 
     ``gemm`` is the large-GEMM tensor-core efficiency; ``gemm_half_tokens`` the token count at
     which a GEMM reaches half of it (small-M GEMMs under-fill the tensor cores).  ``attention``
-    applies to attention FLOPs, ``memory`` to HBM streaming, ``link`` to collective bandwidth.
+    applies to attention FLOPs, ``memory`` to HBM streaming.  Collective bandwidth is per interconnect
+    kind (:class:`Collective`).
     """
 
     gemm: float = attrs.field(default=0.7, validator=fraction)
     gemm_half_tokens: float = attrs.field(default=64.0, validator=non_negative)
     attention: float = attrs.field(default=0.45, validator=fraction)
     memory: float = attrs.field(default=0.8, validator=fraction)
-    link: float = attrs.field(default=0.7, validator=fraction)
+
+
+@attrs.frozen
+class Collective:
+    """All-reduce and send/recv cost over one kind of interconnect.
+
+    An all-reduce of ``S`` bytes over ``n`` GPUs whose link carries ``B`` bytes/s per direction
+    takes ``latency + per_peer·(n − 1) + per_doubling·⌈log2 n⌉
+    + 2(n − 1)/n · S / (B · efficiency · (2/n)^scaling)``.
+    ``scaling`` is how the bus bandwidth per GPU falls as more GPUs share one path: about 0
+    on a switched fabric, near 2 when transfers are staged through host memory (PCIe without
+    peer-to-peer).  A send/recv between two stages is the ``n = 2`` case without the reduction.
+    """
+
+    latency_us: float = attrs.field(default=8.0, validator=non_negative)
+    per_peer_us: float = attrs.field(default=0.0, validator=non_negative)
+    per_doubling_us: float = attrs.field(default=0.0, validator=non_negative)
+    efficiency: float = attrs.field(default=0.7, validator=fraction)
+    scaling: float = attrs.field(default=0.0)
+
+    def allreduce_terms(self, n: int, link_bytes_s: float) -> tuple[float, float]:
+        """(fixed seconds, seconds per byte) of one all-reduce over ``n`` GPUs."""
+        if n <= 1:
+            return 0.0, 0.0
+        fixed = self._fixed_us(n) * 1e-6
+        bw = link_bytes_s * self.efficiency * (2.0 / n) ** self.scaling
+        return fixed, 2.0 * (n - 1) / n / bw
+
+    def sendrecv_terms(self, link_bytes_s: float) -> tuple[float, float]:
+        """(fixed seconds, seconds per byte) of one point-to-point transfer."""
+        return self._fixed_us(2) * 1e-6, 1.0 / (link_bytes_s * self.efficiency)
+
+    def _fixed_us(self, n: int) -> float:
+        steps = math.ceil(math.log2(n)) if n > 1 else 0
+        return self.latency_us + self.per_peer_us * (n - 1) + self.per_doubling_us * steps
 
 
 @attrs.frozen
 class EngineProfile:
     """What the surrogate knows of one serving engine.
 
-    ``base_ms + per_seq_ms * seqs`` is the fixed CPU/launch cost of one iteration.
+    ``base_ms + per_seq_ms * seqs`` is the fixed CPU/launch cost of one iteration with CUDA
+    graphs.  In eager mode every layer's kernels are launched from the CPU,
+    ``eager_launch_us_per_layer`` per layer of the stage; the GPU runs behind the launches, so an
+    eager iteration lasts at least that long (small-batch decode becomes launch-bound).
+    ``graph_reserve_gib`` is the memory captured CUDA graphs hold; ``comm_reserve_gib`` what
+    the communication library's buffers hold per GPU when ``tp·pp > 1``.  ``chunk_admission``
+    is the KV admission policy (:class:`koi.surrogate.replay.ReplicaSpec`): vLLM admits a
+    prompt when the slice it schedules fits.
     ``mixed_prefill`` is the iteration scheduler: True when prefill slices share iterations
     with decodes (vLLM's chunked prefill, TensorRT-LLM's in-flight batching), False when a
     waiting prompt gets prefill-only iterations while decodes pause (SGLang without
@@ -43,6 +87,10 @@ class EngineProfile:
     base_ms: float = attrs.field(default=1.5, validator=non_negative)
     per_seq_ms: float = attrs.field(default=0.01, validator=non_negative)
     mixed_prefill: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    chunk_admission: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    eager_launch_us_per_layer: float = attrs.field(default=120.0, validator=non_negative)
+    graph_reserve_gib: float = attrs.field(default=0.5, validator=non_negative)
+    comm_reserve_gib: float = attrs.field(default=0.4, validator=non_negative)
 
 
 def _efficiency_table(value: Any) -> tuple[tuple[str, Efficiency], ...]:
@@ -55,31 +103,39 @@ def _engine_table(value: Any) -> tuple[tuple[str, EngineProfile], ...]:
     return tuple(sorted((str(k), v) for k, v in items))
 
 
-def _link_latency(value: Any) -> tuple[tuple[str, float], ...]:
+def _collective_table(value: Any) -> tuple[tuple[str, Collective], ...]:
     items = value.items() if isinstance(value, Mapping) else value
-    return tuple(sorted((str(k), float(v)) for k, v in items))
+    return tuple(sorted((str(k), v) for k, v in items))
 
 
 # NVIDIA: engineering priors, checked on the fit split; AMD: grid-fitted on the fit split's
 # MI300X rows (tests/surrogate/data/measurements.csv; docs/surrogate.md, "Constants").
 _VENDORS = {
-    "nvidia": Efficiency(gemm=0.62, gemm_half_tokens=48.0, attention=0.42, memory=0.82, link=0.7),
-    "amd": Efficiency(gemm=0.35, gemm_half_tokens=96.0, attention=0.3, memory=0.55, link=0.6),
+    "nvidia": Efficiency(gemm=0.62, gemm_half_tokens=48.0, attention=0.42, memory=0.82),
+    "amd": Efficiency(gemm=0.35, gemm_half_tokens=96.0, attention=0.3, memory=0.55),
 }
 # Per-GPU overrides.  A100-80GB: memory and gemm grid-fitted on the fit split's A100 rows (NIM
 # TRT-LLM, Llama-3-8B/70B); the other fields are the NVIDIA priors (docs/surrogate.md, "Constants").
 _GPUS = {
-    "A100-80GB": Efficiency(
-        gemm=0.45, gemm_half_tokens=48.0, attention=0.42, memory=0.55, link=0.7
-    ),
+    "A100-80GB": Efficiency(gemm=0.45, gemm_half_tokens=48.0, attention=0.42, memory=0.55),
 }
 _ENGINES = {
-    "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012),
+    "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012, chunk_admission=True),
     "sglang": EngineProfile(base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False),
     "trtllm": EngineProfile(base_ms=0.6, per_seq_ms=0.006),
 }
-# Per all-reduce latency (µs): NVLink/NVSwitch ~8 µs, Infinity Fabric ~12 µs, PCIe ~60 µs.
-_LINK_LATENCY_US = {"nvlink": 8.0, "infinity_fabric": 12.0, "pcie": 60.0, "internode": 40.0}
+# Collectives per interconnect kind.  pcie (peer-to-peer) and pcie_no_p2p: least-squares fit on
+# aiconfigurator-core's measured NCCL all-reduce tables (benchmarks/fit_collectives.py,
+# tests/surrogate/data/nccl_allreduce.csv; docs/surrogate.md, "Constants"): engines use NCCL on
+# PCIe beyond two GPUs.  nvlink, infinity_fabric, internode: the earlier priors (serving engines
+# run their own custom all-reduce on NVLink, which the NCCL tables do not measure).
+_COLLECTIVES = {
+    "nvlink": Collective(latency_us=0.0, per_doubling_us=8.0, efficiency=0.7),
+    "pcie": Collective(latency_us=3.29, per_peer_us=3.57, efficiency=0.511, scaling=0.353),
+    "pcie_no_p2p": Collective(latency_us=4.6, per_peer_us=2.5, efficiency=0.565, scaling=1.826),
+    "infinity_fabric": Collective(latency_us=0.0, per_doubling_us=12.0, efficiency=0.6),
+    "internode": Collective(latency_us=0.0, per_doubling_us=40.0, efficiency=0.7),
+}
 
 
 @attrs.frozen
@@ -100,11 +156,11 @@ class SurrogateConfig:
         factory=lambda: _engine_table(_ENGINES), converter=_engine_table
     )
     default_engine: str = "vllm"
-    link_latency_us: tuple[tuple[str, float], ...] = attrs.field(
-        factory=lambda: _link_latency(_LINK_LATENCY_US), converter=_link_latency
+    collectives: tuple[tuple[str, Collective], ...] = attrs.field(
+        factory=lambda: _collective_table(_COLLECTIVES), converter=_collective_table
     )
-    # Memory (C2).
-    gpu_memory_util: float = attrs.field(default=0.9, validator=fraction)
+    # Memory (C2).  The engine's utilisation share is a deployment knob
+    # (Config.gpu_memory_utilization); these are what its profile run finds besides weights.
     activation_reserve_gib: float = attrs.field(default=1.5, validator=non_negative)
     activation_bytes_per_token: float = attrs.field(default=16.0, validator=non_negative)
     kv_bytes_per_value: float = attrs.field(default=2.0, validator=positive)
@@ -153,5 +209,12 @@ class SurrogateConfig:
         table = dict(self.engines)
         return table.get(engine.lower(), table.get(self.default_engine, EngineProfile()))
 
-    def link_latency_s(self, kind: str) -> float:
-        return dict(self.link_latency_us).get(kind, 20.0) * 1e-6
+    def collective(self, kind: str) -> Collective:
+        """The collective model of an interconnect kind (``LinkKind`` value or ``internode``)."""
+        table = dict(self.collectives)
+        return table.get(kind, table.get("internode", Collective()))
+
+
+def kv_bytes_per_value(config: Config, cfg: SurrogateConfig) -> float:
+    """Bytes of one cached key or value element: 1 with an FP8 KV cache, else ``cfg``'s."""
+    return 1.0 if config.kv_cache_dtype == "fp8" else cfg.kv_bytes_per_value

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import attrs
 
-from koi.surrogate._config import SurrogateConfig
+from koi.surrogate._config import SurrogateConfig, kv_bytes_per_value
 from koi.surrogate._operator import model_parameters
 from koi.types import Config, Environment, GpuSpec, ModelSpec
 
-__all__ = ["Feasibility", "feasibility"]
+__all__ = ["Feasibility", "feasibility", "iteration_tokens", "node_gpu"]
 
 _GIB = float(1 << 30)
 
@@ -42,7 +42,43 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, config: Config, cfg: SurrogateC
     """KV bytes one context token occupies on each GPU of the replica."""
     heads_per_gpu = max(model.kv_heads / config.tp, 1.0)  # replicated beyond kv_heads
     layers_per_gpu = model.layers / config.pp
-    return 2.0 * layers_per_gpu * heads_per_gpu * model.head_dim * cfg.kv_bytes_per_value
+    return 2.0 * layers_per_gpu * heads_per_gpu * model.head_dim * kv_bytes_per_value(config, cfg)
+
+
+def node_gpu(gpu: GpuSpec, environment: Environment | None) -> GpuSpec:
+    """``gpu`` as installed in ``environment``: the instance's interconnect replaces the GPU's
+    catalog link where the instance names one (PCIe without peer-to-peer, another PCIe
+    generation)."""
+    if environment is None or (environment.link is None and environment.link_gb_s is None):
+        return gpu
+    return attrs.evolve(
+        gpu,
+        link=gpu.link if environment.link is None else environment.link,
+        link_gb_s=gpu.link_gb_s if environment.link_gb_s is None else environment.link_gb_s,
+    )
+
+
+def iteration_tokens(config: Config, longest_prompt: int) -> int:
+    """Tokens one iteration may carry: ``max_batched_tokens``; without chunked prefill a whole
+    prompt must fit in one iteration, so at least the longest prompt."""
+    if config.chunked_prefill:
+        return config.max_batched_tokens
+    return max(config.max_batched_tokens, longest_prompt)
+
+
+def reserve_gib(model: ModelSpec, config: Config, cfg: SurrogateConfig) -> float:
+    """Memory per GPU the engine's profile run finds besides weights and KV cache.
+
+    A fixed activation reserve, the activations of the largest iteration (``max_batched_tokens``,
+    or a whole ``max_model_len`` prompt without chunked prefill), captured CUDA graphs (none in
+    eager mode) and, with more than one GPU, the communication library's buffers.
+    """
+    ov = cfg.engine_profile(config.engine)
+    step_tokens = iteration_tokens(config, config.max_model_len or 0)
+    act = cfg.activation_bytes_per_token * model.hidden * step_tokens / _GIB
+    graphs = ov.graph_reserve_gib if config.cuda_graphs else 0.0
+    comm = ov.comm_reserve_gib if config.gpus > 1 else 0.0
+    return cfg.activation_reserve_gib + act + graphs + comm
 
 
 def _topology_problem(
@@ -77,28 +113,31 @@ def feasibility(
     *,
     cfg: SurrogateConfig | None = None,
     seq_tokens: int | None = None,
+    max_request_tokens: int | None = None,
 ) -> Feasibility:
     """Constraint C2 for one chain: topology, then memory.
 
-    Per GPU, with ``M`` its memory and ``u`` the engine's memory utilisation:
+    Per GPU, with ``M`` the memory the device reports and ``u`` the engine's memory utilisation
+    (``config.gpu_memory_utilization``), ``R`` the reserves of :func:`reserve_gib`:
 
     .. math::
 
-        usable = u M - A_{reserve} - a \\cdot max\\_batched\\_tokens,\\qquad
-        KV = usable - W/(tp\\,pp)
+        usable = u M - R,\\qquad KV = usable - W/(tp\\,pp)
 
-    The chain fits when ``KV >= headroom * usable`` and the replica holds at least
-    ``min_kv_tokens`` context tokens.  ``kv_capacity_tokens = KV / kv_per_token_per_gpu``.
+    The chain fits when ``KV >= headroom * usable``, the replica holds at least
+    ``min_kv_tokens`` context tokens and one request of the maximum model length: the
+    config's ``max_model_len``, else ``max_request_tokens`` (the longest request the job
+    sends); the engine refuses to start otherwise.  ``kv_capacity_tokens = KV /
+    kv_per_token_per_gpu``.
     Never raises for an infeasible chain: ``ok`` is False and ``reason`` says why.
     """
     cfg = cfg or SurrogateConfig()
     seq = seq_tokens or cfg.reference_seq_tokens
     weights = _weights_gib(model, config)
-    activ = cfg.activation_reserve_gib + (
-        cfg.activation_bytes_per_token * model.hidden * config.max_batched_tokens / _GIB
-    )
-    usable = gpu.memory_gib * cfg.gpu_memory_util - activ
-    pressure = (weights + activ) / gpu.memory_gib
+    activ = reserve_gib(model, config, cfg)
+    memory = gpu.device_memory_gib
+    usable = memory * config.gpu_memory_utilization - activ
+    pressure = (weights + activ) / memory
     problem = _topology_problem(gpu, model, config, environment)
     if problem is not None:
         return Feasibility(
@@ -120,6 +159,20 @@ def feasibility(
             reason += f" less {cfg.kv_headroom_frac:.0%} KV headroom"
     elif kv_tokens < cfg.min_kv_tokens:
         reason = f"KV cache holds {kv_tokens} tokens < {cfg.min_kv_tokens} required"
+    elif (
+        config.max_model_len is not None
+        and max_request_tokens is not None
+        and config.max_model_len < max_request_tokens
+    ):
+        reason = (
+            f"max_model_len {config.max_model_len} < requests of up to {max_request_tokens} "
+            "tokens (the engine rejects them)"
+        )
+    elif kv_tokens < (max_len := config.max_model_len or max_request_tokens or 0):
+        reason = (
+            f"KV cache holds {kv_tokens} tokens < one request of max model length {max_len} "
+            "(the engine refuses to start)"
+        )
     else:
         reason = ""
     if reason:

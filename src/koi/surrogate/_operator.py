@@ -13,7 +13,7 @@ from functools import cached_property
 
 import attrs
 
-from koi.surrogate._config import Efficiency, SurrogateConfig
+from koi.surrogate._config import Efficiency, SurrogateConfig, kv_bytes_per_value
 from koi.surrogate.replay._step import StepTime
 from koi.types import Config, GpuSpec, LinkKind, ModelSpec, Quant
 
@@ -118,7 +118,7 @@ class OperatorModel:
     def _kv_bytes_per_token(self) -> float:
         """KV bytes of one context token over all layers, one copy."""
         m = self.model
-        return 2.0 * m.layers * m.kv_heads * m.head_dim * self.cfg.kv_bytes_per_value
+        return 2.0 * m.layers * m.kv_heads * m.head_dim * kv_bytes_per_value(self.config, self.cfg)
 
     @cached_property
     def _kv_shards(self) -> int:
@@ -126,12 +126,20 @@ class OperatorModel:
         return min(self.config.tp, self.model.kv_heads)
 
     @cached_property
-    def _link(self) -> tuple[float, float]:
-        """(bandwidth B/s, latency s) of the link the tensor-parallel group uses."""
-        g = self.gpu
-        if self.config.tp > g.gpus_per_node:
-            return g.internode_gb_s * _GIGA, self.cfg.link_latency_s("internode")
-        return g.link_gb_s * _GIGA, self.cfg.link_latency_s(LinkKind(g.link).value)
+    def _collectives(self) -> tuple[float, float, float, float]:
+        """(fixed s, s per byte) of one tensor-parallel all-reduce, then of one stage send/recv.
+
+        The tensor-parallel group uses the GPU's intra-node link (``gpu.link``: NVLink, PCIe with
+        or without peer-to-peer, Infinity Fabric) when ``tp <= gpus_per_node``, else the
+        inter-node network; pipeline stages use the inter-node network once the replica spans
+        nodes.
+        """
+        g, c, cfg = self.gpu, self.config, self.cfg
+        intra = (cfg.collective(LinkKind(g.link).value), g.link_gb_s * _GIGA)
+        inter = (cfg.collective("internode"), g.internode_gb_s * _GIGA)
+        ar, ar_bw = inter if c.tp > g.gpus_per_node else intra
+        sr, sr_bw = inter if c.gpus > g.gpus_per_node else intra
+        return (*ar.allreduce_terms(c.tp, ar_bw), *sr.sendrecv_terms(sr_bw))
 
     @cached_property
     def _consts(self) -> tuple[float, ...]:
@@ -141,10 +149,8 @@ class OperatorModel:
         bpp = c.quant.bytes_per_param
         bf16 = g.bf16_tflops * _TERA
         ov = self.cfg.engine_profile(c.engine)
-        link_bw, link_lat = self._link
-        multi = c.gpus > g.gpus_per_node
-        pp_bw = (g.internode_gb_s if multi else g.link_gb_s) * _GIGA * e.link
-        pp_lat = self.cfg.link_latency_s("internode" if multi else LinkKind(g.link).value)
+        ar_fixed, ar_byte, sr_fixed, sr_byte = self._collectives
+        eager = 0.0 if c.cuda_graphs else ov.eager_launch_us_per_layer * 1e-6 * m.layers
         return (
             float(c.tp),
             float(c.pp),
@@ -153,16 +159,17 @@ class OperatorModel:
             self.gemm_peak_flops,
             p.shared_linear * bpp / (c.tp * hbm),  # dense weight streaming time
             p.expert_each * bpp / (c.tp * hbm),  # one expert's streaming time
-            4.0 * m.layers * m.heads * m.head_dim / (c.pp * c.tp * bf16 * e.attention),
-            self._kv_bytes_per_token / (c.pp * self._kv_shards * hbm),
+            4.0 * m.layers * m.heads * m.head_dim / (c.tp * bf16 * e.attention),
+            self._kv_bytes_per_token / (self._kv_shards * hbm),
             p.lm_head * 2.0 / (c.tp * hbm),
             bf16,
-            link_lat * math.ceil(math.log2(c.tp)) if c.tp > 1 else 0.0,
-            2.0 * (c.tp - 1) / c.tp * m.hidden * 2.0 / (link_bw * e.link),
-            pp_lat,
-            m.hidden * 2.0 / pp_bw,
+            ar_fixed,
+            ar_byte * m.hidden * 2.0,  # activations are BF16
+            sr_fixed,
+            sr_byte * m.hidden * 2.0,
             ov.base_ms * 1e-3,
             ov.per_seq_ms * 1e-3,
+            eager,
         )
 
     def _parts(
@@ -170,34 +177,19 @@ class OperatorModel:
     ) -> tuple[tuple[float, float, float, float, float], ...]:
         """(compute, memory, comm, bubble, overhead) seconds per operation, as plain floats."""
         m, p = self.model, self._params
-        (
-            tp,
-            pp,
-            g_eff,
-            g_half,
-            peak,
-            w_dense,
-            w_expert,
-            attn_k,
-            kv_k,
-            lm_mem,
-            bf16,
-            ar_lat,
-            ar_byte,
-            pp_lat,
-            pp_byte,
-            ov_base,
-            ov_seq,
-        ) = self._consts
+        (tp, pp, g_eff, g_half, peak, w_dense, w_expert, attn_k, kv_k, lm_mem, bf16,
+         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager) = self._consts  # fmt: skip
         tokens = prefill_tokens + decode_seqs
-        micro = tokens / pp  # tokens per micro-batch
+        emitting = decode_seqs + (1 if prefill_tokens else 0)
+        mb = _micro_batches(pp, emitting)
+        micro = tokens / mb  # tokens per micro-batch
 
         def eff(x: float) -> float:
             return g_eff * x / (x + g_half) if x > 0 else g_eff
 
         # Dense GEMMs: every token multiplies the shared weights; weights stream once per slot.
         gemm = (
-            2.0 * tokens * p.shared_linear / (pp * tp * peak * eff(micro)),
+            2.0 * tokens * p.shared_linear / (mb * tp * peak * eff(micro)),
             w_dense,
             0.0,
             0.0,
@@ -210,7 +202,7 @@ class OperatorModel:
             touched = _distinct_experts(micro, m.experts, k)
             per_expert = micro * k / max(touched, 1e-9)
             moe = (
-                2.0 * tokens * k * p.expert_each / (pp * tp * peak * eff(per_expert)),
+                2.0 * tokens * k * p.expert_each / (mb * tp * peak * eff(per_expert)),
                 touched * w_expert,
                 0.0,
                 0.0,
@@ -219,14 +211,13 @@ class OperatorModel:
         # Attention in BF16: quadratic prefill pairs, decode reads every context token's KV
         # (prefill writes its KV once).
         attention = (
-            attn_k * (prefill_pairs + ctx_tokens),
-            kv_k * (ctx_tokens + prefill_tokens),
+            attn_k * (prefill_pairs + ctx_tokens) / mb,
+            kv_k * (ctx_tokens + prefill_tokens) / mb,
             0.0,
             0.0,
             0.0,
         )
         # LM head: only sequences that emit a token this step.
-        emitting = decode_seqs + (1 if prefill_tokens else 0)
         lm_head = (
             2.0 * emitting * p.lm_head / (tp * bf16 * eff(emitting)) if emitting else 0.0,
             lm_mem if emitting else 0.0,
@@ -234,17 +225,17 @@ class OperatorModel:
             0.0,
             0.0,
         )
-        # Tensor parallel: two ring all-reduces of the activations per layer per micro-batch.
+        # Tensor parallel: two all-reduces of the activations per layer per micro-batch.
         comm = 2.0 * m.layers * (ar_lat + ar_byte * micro) if tp > 1 and tokens > 0 else 0.0
         allreduce = (0.0, 0.0, comm, 0.0, 0.0)
         # Pipeline: activations cross pp-1 boundaries per micro-batch; stages are imbalanced.
         sendrecv = bubble = (0.0, 0.0, 0.0, 0.0, 0.0)
+        core = sum(max(x[0], x[1]) for x in (gemm, moe, attention, lm_head))
         if pp > 1 and tokens > 0:
             sendrecv = (0.0, 0.0, (pp - 1) * (pp_lat + micro * pp_byte), 0.0, 0.0)
-            core = sum(max(x[0], x[1]) for x in (gemm, moe, attention, lm_head))
             bubble = (0.0, 0.0, 0.0, self.cfg.pp_imbalance * (pp - 1) / pp * core, 0.0)
-        seqs = decode_seqs + (1 if prefill_tokens else 0)
-        overhead = (0.0, 0.0, 0.0, 0.0, ov_base + ov_seq * seqs)
+        launch = _launch_cost(eager, core + comm + sendrecv[2]) if tokens > 0 else 0.0
+        overhead = (0.0, 0.0, 0.0, 0.0, ov_base + ov_seq * emitting + launch)
         return gemm, moe, attention, lm_head, allreduce, sendrecv, bubble, overhead
 
     def breakdown(
@@ -278,28 +269,29 @@ class OperatorModel:
         """
         m, p = self.model, self._params
         (tp, pp, g_eff, g_half, peak, w_dense, w_expert, attn_k, kv_k, lm_mem, bf16,
-         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq) = self._consts  # fmt: skip
+         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager) = self._consts  # fmt: skip
         tokens = prefill_tokens + decode_seqs
-        micro = tokens / pp
+        emitting = decode_seqs + (1 if prefill_tokens else 0)
+        mb = _micro_batches(pp, emitting)
+        micro = tokens / mb
         eff = g_eff * micro / (micro + g_half) if micro > 0 else g_eff
-        compute = 2.0 * tokens * p.shared_linear / (pp * tp * peak * eff)
+        compute = 2.0 * tokens * p.shared_linear / (mb * tp * peak * eff)
         memory = w_dense
         core = max(compute, memory)
         if p.experts and tokens > 0:
             k = m.experts_per_token
             touched = _distinct_experts(micro, m.experts, k)
             x = micro * k / max(touched, 1e-9)
-            c_moe = 2.0 * tokens * k * p.expert_each / (pp * tp * peak * (g_eff * x / (x + g_half)))
+            c_moe = 2.0 * tokens * k * p.expert_each / (mb * tp * peak * (g_eff * x / (x + g_half)))
             m_moe = touched * w_expert
             compute += c_moe
             memory += m_moe
             core += max(c_moe, m_moe)
-        c_att = attn_k * (prefill_pairs + decode_context_tokens)
-        m_att = kv_k * (decode_context_tokens + prefill_tokens)
+        c_att = attn_k * (prefill_pairs + decode_context_tokens) / mb
+        m_att = kv_k * (decode_context_tokens + prefill_tokens) / mb
         compute += c_att
         memory += m_att
         core += max(c_att, m_att)
-        emitting = decode_seqs + (1 if prefill_tokens else 0)
         if emitting:
             c_lm = (
                 2.0 * emitting * p.lm_head / (tp * bf16 * (g_eff * emitting / (emitting + g_half)))
@@ -313,7 +305,28 @@ class OperatorModel:
             comm += (pp - 1) * (pp_lat + micro * pp_byte)
             bubble = self.cfg.pp_imbalance * (pp - 1) / pp * core
         overhead = ov_base + ov_seq * emitting
+        if eager > 0.0 and tokens > 0:
+            overhead += _launch_cost(eager, core + comm)
         return StepTime(compute, memory, comm, bubble, overhead)
+
+
+def _launch_cost(launch: float, gpu: float) -> float:
+    """Time eager-mode kernel launches add to a step whose GPU work takes ``gpu`` seconds.
+
+    Launches overlap the GPU work only once kernels outlast them: ``L·L/(L + G)`` is the whole
+    launch time ``L`` for tiny kernels (small-batch decode is launch-bound) and fades as the
+    GPU work ``G`` grows.
+    """
+    return launch * launch / (launch + gpu) if launch > 0.0 else 0.0
+
+
+def _micro_batches(pp: float, seqs: int) -> float:
+    """Micro-batches in flight: one per pipeline stage, but never more than sequences.
+
+    A lone prompt traverses the stages one after the other, so its step is not ``pp`` times
+    shorter than on one stage: only ``min(pp, seqs)`` micro-batches overlap.
+    """
+    return float(min(pp, max(seqs, 1)))
 
 
 _OPS = (

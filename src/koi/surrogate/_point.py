@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -10,11 +11,11 @@ import attrs
 from koi.errors import InvalidInput
 from koi.surrogate._analytic import RankLoad, estimate_closed_loop, estimate_open_loop
 from koi.surrogate._config import SurrogateConfig
-from koi.surrogate._memory import feasibility
+from koi.surrogate._memory import feasibility, iteration_tokens, node_gpu
 from koi.surrogate._predict import mediators_of, workload_lengths
 from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
 from koi.surrogate._substitute import ProfileSource, select_step_model
-from koi.types import Config, GpuSpec, ModelSpec
+from koi.types import Config, Environment, GpuSpec, ModelSpec
 
 __all__ = ["ServingPrediction", "predict_serving"]
 
@@ -59,6 +60,7 @@ def predict_serving(
     replay: bool | None = None,
     profiles: ProfileSource | None = None,
     candidates: Iterable[ModelSpec] = (),
+    environment: Environment | None = None,
 ) -> ServingPrediction:
     """Predict one deployment at a fixed request shape (``isl`` in, ``osl`` out tokens).
 
@@ -66,14 +68,26 @@ def predict_serving(
     requests in flight over all replicas) must be given.  Infeasible deployments come back with
     ``feasible=False`` and a reason, never an exception.  With ``profiles`` (e.g. the
     ``aic`` backend) measured step times are used where covered, with nearest-architecture
-    substitution among ``candidates`` (``substituted_from`` names the stand-in).
+    substitution among ``candidates`` (``substituted_from`` names the stand-in).  With an
+    ``environment`` the GPUs talk over that instance type's interconnect (e.g. PCIe without
+    peer-to-peer) instead of the GPU's catalog link.
     """
     cfg = cfg or SurrogateConfig()
     if (rate_rps is None) == (concurrency is None):
         raise InvalidInput("load: give exactly one of rate_rps or concurrency")
-    if isl < 1 or osl < 1 or replicas < 1:
-        raise InvalidInput(f"isl, osl, replicas: must be >= 1, got {isl}, {osl}, {replicas}")
-    feas = feasibility(gpu, model, config, cfg=cfg, seq_tokens=isl + osl)
+    for name, value in (("isl", isl), ("osl", osl), ("replicas", replicas)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidInput(f"{name}: must be an integer >= 1, got {value!r}")
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise InvalidInput(f"concurrency: must be an integer >= 1, got {concurrency!r}")
+    if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
+        raise InvalidInput(f"rate_rps: must be > 0, got {rate_rps!r}")
+    gpu = node_gpu(gpu, environment)
+    feas = feasibility(
+        gpu, model, config, cfg=cfg, seq_tokens=isl + osl, max_request_tokens=isl + osl
+    )
     if not feas.ok:
         inf = float("inf")
         return ServingPrediction(
@@ -96,11 +110,12 @@ def predict_serving(
         step,
         feas.kv_capacity_tokens,
         config.max_batch_size,
-        config.max_batched_tokens,
+        iteration_tokens(config, isl),
         inp,
         out,
         cfg.closed_loop_sync_weight,
         cfg.engine_profile(config.engine).mixed_prefill,
+        cfg.engine_profile(config.engine).chunk_admission,
     )
     use_replay = cfg.use_replay if replay is None else replay
     if rate_rps is not None:

@@ -17,10 +17,11 @@ from koi.surrogate._analytic import (
     capacity_tok_s,
     estimate_closed_loop,
     estimate_open_loop,
+    quantile,
 )
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._correct import RankCorrection, ScaledStepModel
-from koi.surrogate._memory import Feasibility, feasibility
+from koi.surrogate._memory import Feasibility, feasibility, iteration_tokens, node_gpu
 from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
 from koi.surrogate._substitute import ProfileSource, select_step_model
 from koi.surrogate.replay._step import StepTimeModel
@@ -213,19 +214,32 @@ class Surrogate:
 
     # ---- chains -------------------------------------------------------------------------
     def _specs(self, chain: Chain) -> tuple[GpuSpec, ModelSpec]:
+        """The chain's GPU as installed in its environment (interconnect) and its model."""
         gpu = self.gpus.get(chain.environment.gpu)
         if gpu is None:
             raise InvalidInput(f"chain.environment.gpu: unknown GPU {chain.environment.gpu!r}")
         model = self.models.get(chain.model)
         if model is None:
             raise InvalidInput(f"chain.model: unknown model {chain.model!r}")
-        return gpu, model
+        return node_gpu(gpu, chain.environment), model
 
-    def feasibility(self, chain: Chain, *, seq_tokens: int | None = None) -> Feasibility:
+    def feasibility(
+        self,
+        chain: Chain,
+        *,
+        seq_tokens: int | None = None,
+        max_request_tokens: int | None = None,
+    ) -> Feasibility:
         """Constraint C2 for one chain (see :func:`koi.surrogate.feasibility`)."""
         gpu, model = self._specs(chain)
         return feasibility(
-            gpu, model, chain.config, chain.environment, cfg=self.cfg, seq_tokens=seq_tokens
+            gpu,
+            model,
+            chain.config,
+            chain.environment,
+            cfg=self.cfg,
+            seq_tokens=seq_tokens,
+            max_request_tokens=max_request_tokens,
         )
 
     def step_model(
@@ -312,13 +326,14 @@ class Surrogate:
             return _infeasible("empty ladder", cfg.min_slo_margin)
         w = job.workload
         seq = max(int(w.input_len.mean + w.output_len.mean), 1)
+        longest = longest_request(w.input_len, w.output_len)
         loads: list[_RankLoad] = []
         substituted: str | None = None
         for rank, c in zip(ladder.ranks, corr, strict=True):
             if rank.chain.model != job.model:
                 msg = f"ladder: rank runs {rank.chain.model!r}, job {job.id!r} needs {job.model!r}"
                 raise InvalidInput(msg)
-            feas = self.feasibility(rank.chain, seq_tokens=seq)
+            feas = self.feasibility(rank.chain, seq_tokens=seq, max_request_tokens=longest)
             if not feas.ok:
                 return _infeasible(
                     f"{rank.chain.environment.id}: {feas.reason}", cfg.min_slo_margin
@@ -334,11 +349,12 @@ class Surrogate:
                 step,
                 feas.kv_capacity_tokens,
                 cf.max_batch_size,
-                cf.max_batched_tokens,
+                iteration_tokens(cf, longest),
                 w.input_len,
                 w.output_len,
                 cfg.closed_loop_sync_weight,
                 cfg.engine_profile(cf.engine).mixed_prefill,
+                cfg.engine_profile(cf.engine).chunk_admission,
             )
             # Everything a per-replica estimate depends on (the step model is a function of
             # gpu, model, config and the step corrections).
@@ -553,6 +569,15 @@ class Surrogate:
         finish = now_s + remaining_tok / tok_s
         span = max(deadline - now_s, 1.0)
         return min(max((deadline - finish) / span, self.cfg.min_slo_margin), 1.0)
+
+
+def longest_request(input_len: LengthDist, output_len: LengthDist) -> int:
+    """The longest request (prompt + output tokens) a workload sends, for the engine's maximum
+    model length: each length's ``max``, or its 99.9th percentile when that is lower."""
+    return int(
+        math.ceil(min(input_len.max, quantile(input_len, 0.999)))
+        + math.ceil(min(output_len.max, quantile(output_len, 0.999)))
+    )
 
 
 def workload_lengths(isl: int, osl: int) -> tuple[LengthDist, LengthDist]:

@@ -45,6 +45,7 @@ def _specs(mod: Any, load: RankLoad, replicas: int) -> list[Any]:
         max_batch_size=load.max_batch_size,
         max_batched_tokens=load.max_batched_tokens,
         mixed_prefill=load.mixed_prefill,
+        chunk_admission=load.chunk_admission,
     )
     return [spec] * replicas
 

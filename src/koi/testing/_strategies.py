@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from koi.errors import InvalidInput
 from koi.types import (
+    KV_CACHE_DTYPES,
     ActionKind,
     ActiveDeployment,
     Arrival,
@@ -149,6 +150,7 @@ def gpu_specs(
         link_gb_s=_floats(8.0, 1800.0),
         gpus_per_node=st.sampled_from((1, 2, 4, 8)),
         internode_gb_s=_floats(1.0, 400.0),
+        usable_memory_gib=st.none() | _floats(0.9 * min_memory_gib, min_memory_gib),
     )
 
 
@@ -183,6 +185,8 @@ def environments(
             price_usd_per_h=draw(_floats(0.0, 200.0)),
             preemption_per_h=hazard,
             multi_node=draw(st.booleans()),
+            link=draw(st.none() | st.sampled_from(LinkKind)),
+            link_gb_s=draw(st.none() | _floats(8.0, 900.0)),
         )
 
     return build()
@@ -392,6 +396,11 @@ def configs(*, max_tp: int = 8, max_pp: int = 4) -> st.SearchStrategy[Config]:
         max_batch_size=st.integers(1, 1024),
         max_batched_tokens=st.integers(64, 65536),
         routing=st.sampled_from(Routing),
+        gpu_memory_utilization=_floats(0.5, 0.98),
+        cuda_graphs=st.booleans(),
+        chunked_prefill=st.booleans(),
+        max_model_len=st.none() | st.integers(256, 131072),
+        kv_cache_dtype=st.sampled_from(KV_CACHE_DTYPES),
     )
 
 

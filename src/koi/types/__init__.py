@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from koi.types._deploy import Chain, Config, Ladder, Rank
+from koi.types._deploy import KV_CACHE_DTYPES, Chain, Config, Ladder, Rank
 from koi.types._enums import (
     ActionKind,
     Arrival,
@@ -30,6 +30,7 @@ from koi.types._telemetry import Mediators, Observation, Outcomes
 from koi.types._workload import Job, LengthDist, ObjectiveWeights, ServingTarget, WorkloadProfile
 
 __all__ = [
+    "KV_CACHE_DTYPES",
     "ActionKind",
     "ActiveDeployment",
     "Arrival",

@@ -9,14 +9,47 @@ import attrs
 
 from koi.types._enums import Quant, Routing, to_quant, to_routing
 from koi.types._hardware import Environment
-from koi.types.validators import identifier, one_of, positive_int, to_tuple
+from koi.errors import InvalidInput
+from koi.types.validators import fraction, identifier, one_of, optional, positive_int, to_tuple
 
-__all__ = ["Chain", "Config", "Ladder", "Rank"]
+__all__ = ["KV_CACHE_DTYPES", "Chain", "Config", "Ladder", "Rank"]
+
+
+def boolean(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{attribute.name}: must be true or false, got {value!r}")
+
+
+def _utilization(inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+    fraction(inst, attribute, value)
+    if value == 0:
+        raise InvalidInput(f"{attribute.name}: must be in (0, 1], got {value!r}")
+
+
+def _kv_dtype(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+    if value not in KV_CACHE_DTYPES:
+        msg = f"{attribute.name}: must be one of {', '.join(KV_CACHE_DTYPES)}, got {value!r}"
+        raise InvalidInput(msg)
+
+
+# "auto" stores KV in the model's activation dtype (BF16); "fp8" halves it (vLLM
+# --kv-cache-dtype fp8, SGLang --kv-cache-dtype fp8_e4m3, TensorRT-LLM FP8 KV cache).
+KV_CACHE_DTYPES = ("auto", "fp8")
 
 
 @attrs.frozen
 class Config:
-    """The paper's ``x``: how one model copy is served."""
+    """The paper's ``x``: how one model copy is served.
+
+    The engine settings default to the engines' own defaults (vLLM's names in brackets):
+    ``gpu_memory_utilization`` the share of device memory the engine may use
+    (``--gpu-memory-utilization 0.9``); ``cuda_graphs`` False is eager mode
+    (``--enforce-eager``); ``chunked_prefill`` splits long prompts into
+    ``max_batched_tokens`` slices (``--enable-chunked-prefill``, on by default); without it an
+    iteration takes whole prompts; ``max_model_len`` the longest request (prompt + output)
+    the engine accepts (``--max-model-len``; None = what the job needs); ``kv_cache_dtype``
+    (``--kv-cache-dtype``: ``auto`` = BF16, or ``fp8``).
+    """
 
     engine: str = attrs.field(default="vllm", validator=identifier)
     tp: int = attrs.field(default=1, validator=positive_int)
@@ -27,6 +60,11 @@ class Config:
     routing: Routing = attrs.field(
         default=Routing.LEAST_LOADED, converter=to_routing, validator=one_of(Routing)
     )
+    gpu_memory_utilization: float = attrs.field(default=0.9, validator=_utilization)
+    cuda_graphs: bool = attrs.field(default=True, validator=boolean)
+    chunked_prefill: bool = attrs.field(default=True, validator=boolean)
+    max_model_len: int | None = attrs.field(default=None, validator=optional(positive_int))
+    kv_cache_dtype: str = attrs.field(default="auto", validator=_kv_dtype)
 
     @property
     def gpus(self) -> int:

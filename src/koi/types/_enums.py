@@ -29,10 +29,15 @@ class Market(enum.StrEnum):
 
 
 class LinkKind(enum.StrEnum):
-    """Intra-node GPU interconnect."""
+    """Intra-node GPU interconnect.
+
+    ``pcie`` has GPU peer-to-peer access (NCCL's P2P transport); ``pcie_no_p2p`` does not, so
+    collectives are staged through host memory (several clouds' PCIe GPU instances).
+    """
 
     NVLINK = "nvlink"
     PCIE = "pcie"
+    PCIE_NO_P2P = "pcie_no_p2p"
     INFINITY_FABRIC = "infinity_fabric"
 
 

@@ -37,6 +37,13 @@ class GpuSpec:
     link_gb_s: float = attrs.field(validator=positive)
     gpus_per_node: int = attrs.field(validator=positive_int)
     internode_gb_s: float = attrs.field(validator=positive)
+    # Memory as the device reports it to CUDA (below the marketing figure); None = memory_gib.
+    usable_memory_gib: float | None = attrs.field(default=None, validator=optional(positive))
+
+    @property
+    def device_memory_gib(self) -> float:
+        """The memory an engine sizes its budget from (``usable_memory_gib`` when known)."""
+        return self.memory_gib if self.usable_memory_gib is None else self.usable_memory_gib
 
 
 @attrs.frozen
@@ -52,6 +59,14 @@ class Environment:
     price_usd_per_h: float = attrs.field(validator=non_negative)
     preemption_per_h: float = attrs.field(default=0.0, validator=non_negative)
     multi_node: bool = False
+    # The instance's intra-node interconnect when it differs from the GPU's catalog link (e.g.
+    # PCIe without peer-to-peer, or another PCIe generation); None means the GPU's.
+    link: LinkKind | None = attrs.field(
+        default=None,
+        converter=attrs.converters.optional(to_link),
+        validator=optional(one_of(LinkKind)),
+    )
+    link_gb_s: float | None = attrs.field(default=None, validator=optional(positive))
 
     @property
     def id(self) -> str:

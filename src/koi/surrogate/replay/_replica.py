@@ -48,6 +48,12 @@ class ReplicaSpec:
     first and chunked prefill slices fill the rest of the iteration.  False (SGLang's default,
     no mixed chunks): prefill first — while any prompt is waiting or half-done, an iteration
     carries prefill slices only and every decoding sequence pauses.
+
+    ``chunk_admission`` is the KV admission policy.  False: a prompt is admitted only when its
+    whole KV fits.  True (vLLM): a prompt is admitted when the slice scheduled this iteration
+    fits, and each later slice claims its blocks when it is scheduled; when the cache runs out
+    the newest sequence is preempted and recomputed, so prompts longer than the free cache
+    evict each other and throughput collapses under overload.
     """
 
     step_model: StepTimeModel = attrs.field(validator=_step_model)
@@ -55,6 +61,7 @@ class ReplicaSpec:
     max_batch_size: int = attrs.field(validator=positive_int)
     max_batched_tokens: int = attrs.field(validator=positive_int)
     mixed_prefill: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
+    chunk_admission: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
 
 class _Seq:
@@ -73,6 +80,7 @@ class _Seq:
         "j",
         "off",
         "out",
+        "res",
         "target",
         "uid",
     )
@@ -92,6 +100,7 @@ class _Seq:
         self.j = 0  # iteration counter when it joined the decode set
         self.off = 0  # input + gen - j while decoding
         self.hv = -1  # version of its live heap entry, -1 when not decoding
+        self.res = 0  # KV tokens reserved while prefilling
 
 
 Model = CachedStepModel | UncachedStepModel
@@ -104,6 +113,7 @@ class _Replica:
         "adm_cap",
         "budget",
         "cap",
+        "chunk_adm",
         "heap",
         "it",
         "m",
@@ -138,6 +148,7 @@ class _Replica:
         self.maxb = min(spec.max_batch_size, spec.max_batched_tokens)
         self.budget = spec.max_batched_tokens
         self.mixed = spec.mixed_prefill
+        self.chunk_adm = spec.chunk_admission
         self.waiting: deque[_Seq] = deque()
         self.running: dict[int, _Seq] = {}  # admission order: the last one is preempted first
         self.prefilling: list[_Seq] = []
@@ -167,12 +178,20 @@ class _Replica:
                 seq.hv = -1
             else:  # prefilling: it is the newest prefilling sequence
                 self.prefilling.pop()
-                self.used_pre -= seq.target + 1
+                self.used_pre -= seq.res
+                seq.res = 0
             seq.target = seq.inp + seq.gen
             seq.done = 0
             seq.chunk = 0
             self.waiting.appendleft(seq)
             eng.on_preempt(t)
+
+    def _claim(self, seq: _Seq, budget: int) -> int:
+        """KV tokens a waiting sequence claims when admitted: its whole prompt and the token its
+        last slice samples, or (chunk admission) only the slice scheduled now."""
+        if self.chunk_adm and seq.target > budget:
+            return budget
+        return seq.target + 1
 
     def plan(self, t: float, eng: ReplayEngine) -> None:
         """Schedule the next block starting at ``t`` (or go idle)."""
@@ -190,7 +209,7 @@ class _Replica:
         if prefilling or (
             waiting
             and len(running) < maxb
-            and (not running or used + n + waiting[0].target + 1 <= self.adm_cap)
+            and (not running or used + n + self._claim(waiting[0], self.budget) <= self.adm_cap)
         ):
             # Mixed: decode tokens go first.  Unmixed: the decoders sit this iteration out.
             dec = n if self.mixed else 0
@@ -210,7 +229,7 @@ class _Replica:
             adm_cap = self.adm_cap
             while budget > 0 and waiting and len(running) < maxb:
                 seq = waiting[0]
-                need = seq.target + 1  # the prompt and the token its last slice samples
+                need = self._claim(seq, budget)
                 if running and used + n + need > adm_cap:
                     break
                 waiting.popleft()
@@ -219,7 +238,8 @@ class _Replica:
                 prefilling.append(seq)
                 self.used_pre += need
                 used += need
-                c = need - 1 if need - 1 < budget else budget
+                seq.res = need
+                c = seq.target if seq.target < budget else budget
                 seq.chunk = c
                 pairs += c * c * 0.5
                 pt += c
@@ -329,8 +349,14 @@ class _Replica:
                 if c:
                     seq.chunk = 0
                     seq.done += c
+                    if seq.done < seq.target and self.chunk_adm:
+                        # The next slice claims its blocks now (vLLM allocates per slice).
+                        more = min(seq.target + 1 - seq.res, self.budget)
+                        seq.res += more
+                        self.used_pre += more
                     if seq.done >= seq.target:
-                        self.used_pre -= seq.target + 1
+                        self.used_pre -= seq.res
+                        seq.res = 0
                         seq.gen += 1  # the last prefill slice samples a token
                         acc.tokens += 1
                         if seq.first < 0.0:
