@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "surrogate"))
 
-from _accuracy import METRICS, predict_row, rows, source_label  # noqa: E402
+from _accuracy import METRICS, predict_row, rows, source_label
 
-from koi.surrogate import SurrogateConfig  # noqa: E402
+from koi.surrogate import SurrogateConfig
 
 
 def _p90(v: list[float]) -> float:

@@ -71,7 +71,8 @@ def test_instance_interconnect_reaches_the_prediction() -> None:
     cat = load_catalog()
     g6e = cat.instance("aws", "g6e.48xlarge").environments()[0]
     onprem = cat.instance("onprem", "onprem-l40s-4").environments()[0]
-    assert g6e.link is LinkKind.PCIE_NO_P2P and g6e.link_gb_s == 32.0
+    assert g6e.link is LinkKind.PCIE_NO_P2P
+    assert g6e.link_gb_s == 32.0
     assert onprem.link is LinkKind.PCIE
     model, gpu = models()["Llama-3.1-8B"], gpus()["L40S"]
     args = {"isl": 1000, "osl": 200, "concurrency": 16}
@@ -83,13 +84,13 @@ def test_instance_interconnect_reaches_the_prediction() -> None:
 def test_eager_mode_raises_small_batch_tpot() -> None:
     model, gpu = models()["Llama-3.1-8B"], gpus()["H100-SXM"]
 
-    def tpot(graphs: bool, conc: int) -> float:
+    def tpot(*, graphs: bool, conc: int) -> float:
         cfg = Config(cuda_graphs=graphs)
         return predict_serving(gpu, model, cfg, isl=500, osl=200, concurrency=conc).p50_tpot_ms
 
-    assert tpot(False, 1) > 1.15 * tpot(True, 1)
+    assert tpot(graphs=False, conc=1) > 1.15 * tpot(graphs=True, conc=1)
     # Large batches hide the CPU launches behind the GPU work.
-    assert tpot(False, 128) < 1.1 * tpot(True, 128)
+    assert tpot(graphs=False, conc=128) < 1.1 * tpot(graphs=True, conc=128)
 
 
 def test_pipeline_ttft_exceeds_the_perfectly_pipelined_estimate() -> None:
@@ -140,10 +141,12 @@ def test_a_max_length_request_that_does_not_fit_is_infeasible_with_a_reason() ->
     assert "max model length 131072" in pred.reason
     assert "refuses to start" in pred.reason
     ok = predict_serving(gpu, model, Config(max_model_len=8192), isl=1000, osl=200, concurrency=4)
-    assert ok.feasible and ok.throughput_tok_s > 0
+    assert ok.feasible
+    assert ok.throughput_tok_s > 0
     # The job's own longest request decides when max_model_len is not set.
     long = predict_serving(gpu, model, Config(), isl=120000, osl=1000, concurrency=1)
-    assert not long.feasible and "max model length 121000" in long.reason
+    assert not long.feasible
+    assert "max model length 121000" in long.reason
 
 
 def test_kv_capacity_uses_reported_memory_and_the_engine_utilisation() -> None:

@@ -21,8 +21,8 @@ class Efficiency:
 
     ``gemm`` is the large-GEMM tensor-core efficiency; ``gemm_half_tokens`` the token count at
     which a GEMM reaches half of it (small-M GEMMs under-fill the tensor cores).  ``attention``
-    applies to attention FLOPs, ``memory`` to HBM streaming.  Collective bandwidth is per interconnect
-    kind (:class:`Collective`).
+    applies to attention FLOPs, ``memory`` to HBM streaming.  Collective bandwidth is per
+    interconnect kind (:class:`Collective`).
     """
 
     gemm: float = attrs.field(default=0.7, validator=fraction)

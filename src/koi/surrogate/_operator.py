@@ -8,7 +8,6 @@ per-step engine overhead.  Everything is a deterministic function of (gpu, model
 
 from __future__ import annotations
 
-import math
 from functools import cached_property
 
 import attrs

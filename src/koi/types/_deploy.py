@@ -4,29 +4,30 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from typing import Any
 
 import attrs
 
+from koi.errors import InvalidInput
 from koi.types._enums import Quant, Routing, to_quant, to_routing
 from koi.types._hardware import Environment
-from koi.errors import InvalidInput
 from koi.types.validators import fraction, identifier, one_of, optional, positive_int, to_tuple
 
 __all__ = ["KV_CACHE_DTYPES", "Chain", "Config", "Ladder", "Rank"]
 
 
-def boolean(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+def boolean(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if not isinstance(value, bool):
         raise InvalidInput(f"{attribute.name}: must be true or false, got {value!r}")
 
 
-def _utilization(inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _utilization(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     fraction(inst, attribute, value)
     if value == 0:
         raise InvalidInput(f"{attribute.name}: must be in (0, 1], got {value!r}")
 
 
-def _kv_dtype(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+def _kv_dtype(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if value not in KV_CACHE_DTYPES:
         msg = f"{attribute.name}: must be one of {', '.join(KV_CACHE_DTYPES)}, got {value!r}"
         raise InvalidInput(msg)
