@@ -41,7 +41,12 @@ MODEL = example_models()["Llama-3.1-8B"]
 CASES: list[tuple[Any, str, Any, str]] = [
     (GPU, "memory_gib", 0.0, "memory_gib: must be > 0"),
     (GPU, "hbm_tb_s", float("nan"), "hbm_tb_s: must be a number, not NaN"),
-    (GPU, "link", "carrier-pigeon", "link: must be one of nvlink, pcie, infinity_fabric"),
+    (
+        GPU,
+        "link",
+        "carrier-pigeon",
+        "link: must be one of nvlink, pcie, pcie_no_p2p, infinity_fabric",
+    ),
     (GPU, "gpus_per_node", 0, "gpus_per_node: must be an integer >= 1"),
     (GPU, "name", " H100", "name: must be a non-empty name"),
     (POOL.environment, "market", "black", "market: must be one of on_demand, spot, reserved"),
