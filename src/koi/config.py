@@ -20,7 +20,7 @@ from koi.risk import RiskConfig
 from koi.scoring import ScoringConfig
 from koi.selector import BudgetConfig, SelectorConfig
 from koi.surrogate import SurrogateConfig
-from koi.types.validators import fraction, non_negative_int, positive, positive_int
+from koi.types.validators import fraction, non_negative_int, optional, positive, positive_int
 
 __all__ = ["CorrectionConfig", "KoiConfig", "PlannerConfig", "with_knobs"]
 
@@ -31,9 +31,10 @@ class PlannerConfig:
 
     ``tau`` is C3's bound on the predicted SLO-breach probability. ``search_rounds`` bounds the
     S4↔S5 loop; ``max_candidates`` bounds what each proposer may return per job and round.
-    ``solver_time_limit_s`` / ``solver_gap`` go to the joint selector.  ``proposer_timeout_s``
-    is each proposer's wall-clock budget per round.  ``mechanism_min_confidence`` is the belief a
-    mechanism needs before it carries corrections to other strata in its scope.
+    ``proposer_timeout_s`` is each proposer's wall-clock budget per round (``None``: no
+    wall-clock limit, the benchmark's setting; the solver's limits are ``KoiConfig.selector``'s).
+    ``mechanism_min_confidence`` is the belief a mechanism needs before it carries corrections
+    to other strata in its scope.
     ``preemption_horizon_s`` is the horizon over which a spot rank's preemption counts as risk.
     ``replay_top`` changes per job (best first, plus the keep ladder) are re-predicted with the
     replay engine after the closed-form screen; the rest keep their screened prediction.
@@ -48,9 +49,7 @@ class PlannerConfig:
     tau: float = attrs.field(default=0.3, validator=fraction)
     search_rounds: int = attrs.field(default=2, validator=positive_int)
     max_candidates: int = attrs.field(default=12, validator=positive_int)
-    solver_time_limit_s: float = attrs.field(default=2.0, validator=positive)
-    solver_gap: float = attrs.field(default=1e-3, validator=positive)
-    proposer_timeout_s: float = attrs.field(default=5.0, validator=positive)
+    proposer_timeout_s: float | None = attrs.field(default=5.0, validator=optional(positive))
     mechanism_min_confidence: float = attrs.field(default=0.6, validator=fraction)
     preemption_horizon_s: float = attrs.field(default=1800.0, validator=positive)
     decide_after: int = attrs.field(default=4, validator=positive_int)

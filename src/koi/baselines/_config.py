@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from koi.selector import SelectorConfig
 from koi.types.validators import fraction, non_negative, positive, positive_int
 
 __all__ = ["BaselineConfig"]
@@ -22,12 +23,12 @@ class BaselineConfig:
     its surrogate-call budget per job and tick (koi asks ``max_candidates × search_rounds``
     proposals per job: the default matches koi's defaults of 12 × 2).  ``max_candidates`` caps
     the proposer's short list for the per-job, rolling-MILP, evolutionary and oracle planners
-    (koi's default).  ``solver_time_limit_s`` / ``solver_gap`` go to the joint selector.
+    (koi's default).  ``selector`` configures the joint selector; the benchmark sets no
+    wall-clock limit on it, so that a run depends only on (scenario, seed, planner).
     """
 
     max_candidates: int = attrs.field(default=12, validator=positive_int)
-    solver_time_limit_s: float = attrs.field(default=2.0, validator=positive)
-    solver_gap: float = attrs.field(default=1e-3, validator=positive)
+    selector: SelectorConfig = attrs.field(factory=lambda: SelectorConfig(time_limit_s=None))
     thompson_arms: int = attrs.field(default=8, validator=positive_int)
     thompson_prior: float = attrs.field(default=2.0, validator=positive)
     thompson_cost_sd: float = attrs.field(default=0.5, validator=positive)

@@ -15,7 +15,14 @@ import attrs
 
 from koi.baselines._common import Toolkit, base_actions, safe_plan
 from koi.errors import KoiError
-from koi.selector import Candidate, SelectionProblem, greedy, pool_capacities, select
+from koi.selector import (
+    Candidate,
+    SelectionProblem,
+    SelectorConfig,
+    greedy,
+    pool_capacities,
+    select,
+)
 from koi.types import ActionKind, ClusterSnapshot, Job, JobAction, Ladder, Observation, Plan
 
 __all__ = ["RollingMilp"]
@@ -27,8 +34,7 @@ class RollingMilp:
 
     toolkit: Toolkit
     max_candidates: int = 12
-    time_limit_s: float = 2.0
-    gap: float = 1e-3
+    selector: SelectorConfig = attrs.field(factory=SelectorConfig)
     name: str = "rolling-milp"
 
     def jobs(self, snapshot: ClusterSnapshot) -> list[Job]:
@@ -89,7 +95,7 @@ class RollingMilp:
             held_gpus={a.job_id: a.ladder.gpus_by_pool() for a in snapshot.active},
         )
         try:
-            selection = select(problem, time_limit_s=self.time_limit_s, mip_rel_gap=self.gap)
+            selection = select(problem, cfg=self.selector)
         except KoiError:
             try:
                 selection = greedy(problem)

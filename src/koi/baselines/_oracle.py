@@ -17,6 +17,7 @@ import attrs
 
 from koi.baselines._common import Toolkit
 from koi.baselines._milp import RollingMilp
+from koi.selector import SelectorConfig
 from koi.sim import Event, EventKind, Scenario, TruthModel, event_rng
 from koi.surrogate import Surrogate
 from koi.surrogate.replay import StepTimeModel
@@ -65,8 +66,7 @@ class Oracle(RollingMilp):
         world_seed: int,
         truth: TruthModel,
         max_candidates: int = 12,
-        time_limit_s: float = 2.0,
-        gap: float = 1e-3,
+        selector: SelectorConfig | None = None,
     ) -> None:
         self._gpus, self._models = dict(gpus), dict(models)
         self._truth = truth
@@ -77,8 +77,7 @@ class Oracle(RollingMilp):
         super().__init__(
             self._fresh_toolkit(),
             max_candidates=max_candidates,
-            time_limit_s=time_limit_s,
-            gap=gap,
+            selector=selector or SelectorConfig(),
             name="oracle",
         )
 

@@ -111,8 +111,7 @@ def make_policy(
             world_seed=world.seed,
             truth=TruthModel(world.seed, world.cfg.truth),
             max_candidates=cfg.max_candidates,
-            time_limit_s=cfg.solver_time_limit_s,
-            gap=cfg.solver_gap,
+            selector=cfg.selector,
         )
     tk = Toolkit.build(gpus, models)
     rng = np.random.default_rng([seed, len(name)])
@@ -128,8 +127,7 @@ def make_policy(
         return RollingMilp(
             tk,
             max_candidates=cfg.max_candidates,
-            time_limit_s=cfg.solver_time_limit_s,
-            gap=cfg.solver_gap,
+            selector=cfg.selector,
         )
     if name == "thompson":
         return Thompson(tk, rng, cfg)

@@ -436,7 +436,7 @@ class Planner:
                     snapshot=snapshot,
                     gpus=self.gpus,
                     models=self.models,
-                    deadline_s=time.monotonic() + cfg.planner.proposer_timeout_s,
+                    deadline_s=_deadline(cfg.planner.proposer_timeout_s),
                     budget=books.get(job.id),
                     dag=dag_view,
                     mechanisms=mechanisms[job.id],
@@ -466,12 +466,7 @@ class Planner:
         lap("S5_replay")
         problem = self._problem(snapshot, state, running, evaluated, evaluator)
         if running:
-            selection = select(
-                problem,
-                time_limit_s=cfg.planner.solver_time_limit_s,
-                mip_rel_gap=cfg.planner.solver_gap,
-                cfg=cfg.selector,
-            )
+            selection = select(problem, cfg=cfg.selector)
             status, objective, gap = selection.status.value, selection.objective, selection.gap
             chosen, binding = dict(selection.chosen), selection.binding
         else:  # every job finished: nothing to choose
@@ -654,6 +649,11 @@ class Planner:
         }
         self.host.plan_committed(plan, report)
         return state
+
+
+def _deadline(timeout_s: float | None) -> float:
+    """The monotonic instant ``timeout_s`` from now; never with no timeout."""
+    return math.inf if timeout_s is None else time.monotonic() + timeout_s
 
 
 def _observed_rates(observations: Sequence[Observation]) -> dict[str, float]:

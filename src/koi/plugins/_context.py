@@ -9,7 +9,7 @@ import attrs
 
 from koi.errors import InvalidInput, PluginError
 from koi.types import ClusterSnapshot, GpuSpec, Ladder, LaunchResult, ModelSpec, Observation
-from koi.types.validators import finite, non_negative_int, positive_int
+from koi.types.validators import non_negative_int, not_nan, positive_int
 
 __all__ = [
     "LaunchBatch",
@@ -52,7 +52,7 @@ class ProposalContext:
     snapshot: ClusterSnapshot
     gpus: Mapping[str, GpuSpec] = attrs.field(converter=_mapping, hash=False)
     models: Mapping[str, ModelSpec] = attrs.field(converter=_mapping, hash=False)
-    deadline_s: float = attrs.field(validator=finite)
+    deadline_s: float = attrs.field(validator=not_nan)
     budget: Any = attrs.field(default=None, hash=False)
     dag: Any = attrs.field(default=None, hash=False)
     mechanisms: tuple[Any, ...] = attrs.field(default=(), converter=_any_tuple, hash=False)

@@ -113,7 +113,8 @@ def solve_milp(
         if not relax:
             lp.integrality_ = kinds
         h.passModel(lp)
-        h.setOptionValue("time_limit", float(max(time_limit_s, 1e-3)))
+        if math.isfinite(time_limit_s):  # HiGHS' default is no limit
+            h.setOptionValue("time_limit", float(max(time_limit_s, 1e-3)))
         h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
         h.setOptionValue("random_seed", 0)
         # One thread: measured faster here than HiGHS' default. HiGHS has one process-wide task

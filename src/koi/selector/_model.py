@@ -10,7 +10,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types import ActionKind, ClusterSnapshot
-from koi.types.validators import finite, non_negative, non_negative_int, positive_int
+from koi.types.validators import finite, non_negative, non_negative_int, optional, positive_int
 
 __all__ = [
     "Candidate",
@@ -46,15 +46,17 @@ def _to_action(value: Any) -> ActionKind:
 class SelectorConfig:
     """Defaults of the joint selector.
 
-    ``time_limit_s`` / ``mip_rel_gap`` are HiGHS' limits; ``make_before_break`` charges a
-    changing candidate the GPUs its job holds now plus its new GPUs in the same tick;
+    ``time_limit_s`` / ``mip_rel_gap`` are HiGHS' limits (``None``: no wall-clock limit, so
+    the plan does not depend on the machine's speed — the benchmark's setting);
+    ``make_before_break`` charges a changing candidate the GPUs its job holds now plus its new
+    GPUs in the same tick;
     ``prune_dominated`` drops candidates another candidate of the same job beats on every count
     (exact: the optimum does not change); ``lp_fix`` fixes the jobs whose LP relaxation is
     integral and solves the rest as a smaller MILP (at least ``lp_fix_min_candidates`` candidates,
     given ``lp_fix_time_share`` of the remaining time); its plan warm-starts the full MILP.
     """
 
-    time_limit_s: float = attrs.field(default=5.0, validator=non_negative)
+    time_limit_s: float | None = attrs.field(default=2.0, validator=optional(non_negative))
     mip_rel_gap: float = attrs.field(default=1e-3, validator=non_negative)
     make_before_break: bool = True
     prune_dominated: bool = True

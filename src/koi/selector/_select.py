@@ -19,6 +19,7 @@ __all__ = ["greedy", "select"]
 
 _DEFAULT = SelectorConfig()
 _INTEGRAL_TOL = 1e-6
+_MIN_SOLVE_S = 0.05
 
 
 def _select_iv(
@@ -40,6 +41,14 @@ def _select_iv(
             raise InvalidInput(f"mip_rel_gap: must be in [0, 1), got {mip_rel_gap!r}")
         cfg = attrs.evolve(cfg, mip_rel_gap=float(mip_rel_gap))
     return compile_problem(problem, cfg), cfg
+
+
+def _time_left(cfg: SelectorConfig, t0: float, share: float = 1.0) -> float:
+    """HiGHS' time limit for the next solve: a share of what is left of the selector's limit
+    (at least a sliver, so a late solve still returns its incumbent); no limit without one."""
+    if cfg.time_limit_s is None:
+        return math.inf
+    return max((cfg.time_limit_s - (time.perf_counter() - t0)) * share, _MIN_SOLVE_S)
 
 
 def _gap(objective: float, bound: float) -> float:
@@ -171,10 +180,9 @@ def select(
                     greedy_objective=g_obj,
                     message="LP fixing within the LP bound",
                 )
-    remaining = cfg.time_limit_s - (time.perf_counter() - t0)
     res = solve_milp(
         milp,
-        time_limit_s=max(remaining, 0.05),
+        time_limit_s=_time_left(cfg, t0),
         mip_rel_gap=cfg.mip_rel_gap,
         start=start,
     )
@@ -223,7 +231,7 @@ def _lp_fixed(
 
     Returns (a full start vector and its plan objective, or ``None``) and the LP bound.
     """
-    lp = solve_milp(milp, time_limit_s=cfg.time_limit_s, mip_rel_gap=0.0, relax=True)
+    lp = solve_milp(milp, time_limit_s=_time_left(cfg, t0), mip_rel_gap=0.0, relax=True)
     if lp.x is None or lp.status != "optimal":
         return None, math.inf
     lp_bound = lp.bound
@@ -236,10 +244,9 @@ def _lp_fixed(
             k = sl.start + int(np.argmax(xs))
             hi[sl.start : sl.stop] = 0.0
             hi[k] = lo[k] = 1.0
-    remaining = cfg.time_limit_s - (time.perf_counter() - t0)
     res = solve_milp(
         milp,
-        time_limit_s=max(remaining * cfg.lp_fix_time_share, 0.05),
+        time_limit_s=_time_left(cfg, t0, share=cfg.lp_fix_time_share),
         mip_rel_gap=cfg.mip_rel_gap / 4,
         col_lo=lo,
         col_hi=hi,

@@ -51,6 +51,11 @@ def finite(_inst: object, attribute: attrs.Attribute[Any], value: object) -> Non
         raise _fail(attribute, "finite", value)
 
 
+def not_nan(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Any number but NaN (infinities allowed)."""
+    _number(attribute, value)
+
+
 def fraction(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A number in [0, 1]."""
     v = _number(attribute, value)
