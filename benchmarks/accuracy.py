@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/accuracy.py [--split heldout] [--analytic] [--by gpu,tp_pp]
 
 Scores every row of tests/surrogate/data/measurements.csv of the split with
-``tests/surrogate/_accuracy.py`` (the harness the accuracy tests assert on) and prints, per
+``tests/_support/accuracy.py`` (the harness the accuracy tests assert on) and prints, per
 group, the row count, the median and p90 absolute percentage error and the bias (median
 predicted / measured) of TTFT, TPOT and throughput.  Groups: ``all``, then each key of
 ``--by`` (``gpu``, ``tp_pp``, ``engine``, ``source``, ``model``), and ``gpu x tp_pp``.
@@ -17,9 +17,9 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "surrogate"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
-from _accuracy import METRICS, predict_row, rows, source_label
+from tests._support.accuracy import METRICS, predict_row, rows, source_label
 
 from koi.surrogate import SurrogateConfig
 

@@ -13,9 +13,9 @@ import attrs
 
 from koi.beliefs import BeliefConfig
 from koi.calibration import CalibrationConfig
+from koi.candidates import ProposerConfig
 from koi.cusum import CusumConfig
 from koi.errors import InvalidInput
-from koi.plugins._default_proposer import ProposerConfig
 from koi.risk import RiskConfig
 from koi.scoring import ScoringConfig
 from koi.selector import BudgetConfig, SelectorConfig

@@ -6,9 +6,9 @@ import json
 import re
 
 import pytest
-from _evidence_fixtures import H100, LLAMA8B, MIXTRAL, chain
 from hypothesis import given
 from hypothesis import strategies as st
+from tests._support.evidence import H100, LLAMA8B, MIXTRAL, chain
 
 from koi.beliefs import (
     Beta,

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from _evidence_fixtures import H100, L40S, LLAMA8B, MODELS, chain, rank
 from hypothesis import given
 from hypothesis import strategies as st
+from tests._support.evidence import H100, L40S, LLAMA8B, MODELS, chain, rank
 
 from koi.beliefs import Stratum
 from koi.dag import Decision, NodeKind, default_dag, exercised_edges, exercised_keys, node_kind

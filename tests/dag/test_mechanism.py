@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _evidence_fixtures import H100, L40S, LLAMA8B, online_job, rank
+from tests._support.evidence import H100, L40S, LLAMA8B, online_job, rank
 
 from koi.beliefs import Beta
 from koi.dag import (

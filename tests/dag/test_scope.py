@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from _evidence_fixtures import H100, L40S, LLAMA8B, MIXTRAL, online_job, rank
 from hypothesis import given
 from hypothesis import strategies as st
+from tests._support.evidence import H100, L40S, LLAMA8B, MIXTRAL, online_job, rank
 
 from koi.dag import Predicate, RankContext, Scope
 from koi.errors import InvalidInput

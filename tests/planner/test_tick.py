@@ -87,7 +87,7 @@ def test_cusum_resets_a_correction_after_a_step_change() -> None:
         result = planner.tick(world.snapshot(), obs)
         world.apply(result.plan)
         obs = world.advance()
-        divergences.extend(result.evidence["divergences"])
+        divergences.extend(result.learning.divergences)
     step_outcomes = (Outcome.TTFT.value, Outcome.TPOT.value, Outcome.THROUGHPUT.value)
     assert any(d == f"{stratum}:{o}" for d in divergences for o in step_outcomes)
     relearned = planner.state.corrections.factor(stratum, DECODE_TIME, planner.config.corrections)

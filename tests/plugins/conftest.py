@@ -11,11 +11,30 @@ from typing import Any
 
 import pytest
 
+from koi.beliefs import Beta
+from koi.dag import CausalDag, EdgeKey, Mechanism, Scope, mechanism_id
 from koi.plugins import ProposalContext
+from koi.selector import BudgetBook
 from koi.testing.fakes import example_gpus, example_models, example_snapshot
 from koi.types import ClusterSnapshot, Job
 
 Reply = Callable[[dict[str, Any]], tuple[int, bytes, float]]
+
+_KV_EDGES: tuple[EdgeKey, ...] = (
+    ("x:max_batch_size", "v:kv_cache_util"),
+    ("v:kv_cache_util", "y:p99_ttft_ms"),
+)
+#: What the LLM proposer's prompt carries for the graph and the mechanisms in these tests.
+TTFT_VIEW = CausalDag.from_edges(
+    [(*_KV_EDGES[0], "the cap fills the cache"), (*_KV_EDGES[1], "a full cache queues prefills")]
+).view()
+KV_PRESSURE = Mechanism(
+    mechanism_id(_KV_EDGES, Scope.parse("gpu == L4")),
+    _KV_EDGES,
+    Scope.parse("gpu == L4"),
+    "kv pressure raises TTFT on L4",
+    Beta.uniform(),
+)
 
 
 class FakeChatServer:
@@ -98,9 +117,9 @@ def context(snapshot: ClusterSnapshot) -> ProposalContext:
         gpus=example_gpus(),
         models=example_models(),
         deadline_s=time.monotonic() + 30.0,
-        budget={"max_usd_per_h": 120.0},
-        dag={"targets": ["p99_ttft_ms"], "parents": ["kv_cache_util", "mean_batch_size"]},
-        mechanisms=("kv pressure raises TTFT on L4",),
+        budget=BudgetBook(job_id="chat", pools=(), gpu_types=("L4",), max_gpus=4),
+        dag=TTFT_VIEW,
+        mechanisms=(KV_PRESSURE,),
         feedback=("round 0: tp=1 on L4 breached p99 TTFT",),
         at_risk=("y:p99_ttft_ms",),
         round=1,

@@ -87,9 +87,9 @@ def test_request_carries_the_context(
     assert request["response_format"] == {"type": "json_object"}
     facts = json.loads(request["messages"][1]["content"])
     assert facts["job"]["id"] == "chat"
-    assert facts["budget"] == {"max_usd_per_h": 120.0}
-    assert facts["dag_view"]["parents"] == ["kv_cache_util", "mean_batch_size"]
-    assert facts["mechanisms"] == ["kv pressure raises TTFT on L4"]
+    assert facts["budget"]["gpu_types"] == ["L4"]
+    assert {e["target"] for e in facts["dag_view"]["edges"]} == {"v:kv_cache_util", "y:p99_ttft_ms"}
+    assert [m["statement"] for m in facts["mechanisms"]] == ["kv pressure raises TTFT on L4"]
     assert facts["feedback"] == ["round 0: tp=1 on L4 breached p99 TTFT"]
     assert facts["at_risk"] == ["y:p99_ttft_ms"]
     assert facts["incumbent"] is None

@@ -1,15 +1,16 @@
-"""Properties: whatever a policy asks for, the world never exceeds its pools; metrics stay in
-their ranges."""
+"""Properties: whatever a policy asks for, the world never exceeds its pools; the composite
+rewards SLO-compliant tokens and penalises cost."""
 
 from __future__ import annotations
 
 import math
 from collections import Counter
 
+import attrs
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from koi.sim import JobWindow, TickRecord, Trace, build_world, evaluate
+from koi.sim import JobWindow, Metrics, TickRecord, Trace, build_world, evaluate
 from koi.types import ActionKind, Chain, Config, JobAction, Ladder, Plan, Quant, Rank
 
 from .conftest import online_job_toml, pool_toml, tiny
@@ -87,11 +88,20 @@ windows = st.builds(
 )
 
 
-@given(jobs=st.lists(windows, min_size=1, max_size=6), cost=st.floats(0, 1e4))
-def test_metrics_stay_in_range(jobs: list[JobWindow], cost: float) -> None:
+def _metrics(jobs: list[JobWindow], cost: float) -> Metrics:
     tick = TickRecord(0, 0.0, 300.0, 0.01, 0, 0, 0, 0, (), {}, cost, tuple(jobs))
-    m = evaluate(Trace("t", "p", 0, 300.0, ("a", "b"), (tick,), (), 1e-6))
-    for v in (m.online_admission, m.ttft_attainment, m.tpot_attainment, m.quality, m.coverage):
-        assert 0.0 <= v <= 1.0
-    assert 0.0 <= m.efficiency <= 1.0
-    assert 0.0 <= m.composite <= 100.0
+    return evaluate(Trace("t", "p", 0, 300.0, ("a", "b"), (tick,), (), 1e-6))
+
+
+@given(
+    jobs=st.lists(windows, min_size=1, max_size=6),
+    cost=st.floats(1.0, 1e4),
+    extra=st.floats(1.0, 1e5),
+)
+def test_more_slo_tokens_never_lower_the_composite_and_more_cost_never_raises_it(
+    jobs: list[JobWindow], cost: float, extra: float
+) -> None:
+    base = _metrics(jobs, cost)
+    richer = [attrs.evolve(jobs[0], slo_tokens=jobs[0].slo_tokens + extra), *jobs[1:]]
+    assert _metrics(richer, cost).composite >= base.composite - 1e-9
+    assert _metrics(jobs, 2.0 * cost).composite <= base.composite + 1e-9

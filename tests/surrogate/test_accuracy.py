@@ -6,7 +6,7 @@ The held-out split is aiconfigurator-core's silicon sample; no constant was fitt
 from __future__ import annotations
 
 import pytest
-from _accuracy import median_ape, rows
+from tests._support.accuracy import median_ape, rows
 
 from koi.surrogate import SurrogateConfig
 

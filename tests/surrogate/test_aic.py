@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from _specs import gpus, models
+from tests._support.specs import gpus, models
 
 pytest.importorskip("aiconfigurator_core")
 

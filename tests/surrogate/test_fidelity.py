@@ -14,7 +14,7 @@ from pathlib import Path
 
 import attrs
 import pytest
-from _specs import gpus, models
+from tests._support.specs import gpus, models
 
 from koi.cli import main
 from koi.surrogate import OperatorModel, SurrogateConfig, feasibility, predict_serving

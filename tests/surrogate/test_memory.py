@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from _specs import gpus, models
 from hypothesis import given
 from hypothesis import strategies as st
+from tests._support.specs import gpus, models
 
 from koi.surrogate import feasibility
 from koi.types import Config, Environment

@@ -6,7 +6,7 @@ import math
 
 import attrs
 import pytest
-from _specs import gpus, models
+from tests._support.specs import gpus, models
 
 from koi.errors import InvalidInput
 from koi.surrogate import (
@@ -197,8 +197,11 @@ def test_replay_and_screen_agree_roughly() -> None:
     fast, full = sur.screen(job, lad), sur.predict(job, lad)
     assert fast.feasible
     assert full.feasible
-    assert full.outcomes.throughput_tok_s == pytest.approx(fast.outcomes.throughput_tok_s, rel=0.25)
-    assert full.outcomes.p99_ttft_ms == pytest.approx(fast.outcomes.p99_ttft_ms, rel=1.0)
+    # At light load (no queue) the closed form and the replay see the same steps: they agree
+    # to a few per cent; the replay's p99s differ only by its request-level sampling.
+    assert full.outcomes.throughput_tok_s == pytest.approx(fast.outcomes.throughput_tok_s, rel=0.05)
+    assert full.outcomes.p99_ttft_ms == pytest.approx(fast.outcomes.p99_ttft_ms, rel=0.15)
+    assert full.outcomes.p99_tpot_ms == pytest.approx(fast.outcomes.p99_tpot_ms, rel=0.15)
 
 
 @attrs.frozen

@@ -145,17 +145,25 @@ def test_register_type_strategies_covers_every_value_type() -> None:
     # rest of this test session keeps Hypothesis' own inference.
     script = """
 import attrs
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 import koi.types as t
 from koi.testing import register_type_strategies
 
 register_type_strategies()
 kinds = [getattr(t, n) for n in t.__all__ if attrs.has(getattr(t, n))]
 for kind in kinds:
-    @settings(max_examples=5, database=None)
+    # Valid by construction means it survives the JSON round trip unchanged (validators run
+    # again on the way back in).
+    @settings(
+        max_examples=25,
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
     @given(st.from_type(kind))
     def check(value):
         assert type(value) is kind
+        assert t.from_json(t.to_json(value), kind) == value
     check()
 print(len(kinds))
 """

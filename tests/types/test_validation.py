@@ -85,7 +85,11 @@ def test_invalid_field_raises_invalid_input(base: Any, field: str, bad: Any, mes
     with pytest.raises(InvalidInput) as info:
         attrs.evolve(base, **{field: bad})
     assert message in str(info.value)
-    assert isinstance(info.value, ValueError | KoiError)
+
+
+def test_invalid_input_is_a_value_error_callers_can_catch_as_such() -> None:
+    assert issubclass(InvalidInput, ValueError)
+    assert issubclass(InvalidInput, KoiError)
 
 
 def test_other_invalid_values() -> None:

@@ -15,21 +15,28 @@ from collections.abc import Collection, Iterable, Mapping
 
 import attrs
 
-from koi.plugins import ProposalContext
-from koi.plugins._default_proposer import DefaultProposer, ProposerConfig, SizedOption
+from koi.candidates import (
+    CandidateGenerator,
+    ProposalContext,
+    ProposerConfig,
+    SizedOption,
+    fits_shape,
+    place,
+    risk_price,
+)
 from koi.scoring import (
+    JobTerms,
     Normalizer,
     ScoringConfig,
-    candidate_value,
     deferral_score,
     ideal_point,
+    in_flight_requests,
+    job_terms,
     switching_cost,
-    tchebycheff,
 )
 from koi.surrogate import Prediction, Surrogate
 from koi.types import (
     ActionKind,
-    Chain,
     ClusterSnapshot,
     Environment,
     GpuSpec,
@@ -38,34 +45,14 @@ from koi.types import (
     Ladder,
     ModelSpec,
     Plan,
-    Rank,
 )
 
 __all__ = [
     "Toolkit",
     "base_actions",
-    "fits_shape",
-    "free_gpus",
     "host_order",
     "safe_plan",
 ]
-
-
-def free_gpus(snapshot: ClusterSnapshot) -> dict[str, int]:
-    """GPUs per pool not held by any active ladder."""
-    free = {p.id: p.capacity_gpus for p in snapshot.pools}
-    for a in snapshot.active:
-        for pool_id, gpus in a.ladder.gpus_by_pool().items():
-            free[pool_id] = free.get(pool_id, 0) - gpus
-    return free
-
-
-def fits_shape(env: Environment, gpus_per_chain: int) -> bool:
-    """A chain of ``gpus_per_chain`` GPUs packs onto this instance type (or spans nodes)."""
-    per = env.gpus_per_instance
-    if gpus_per_chain <= per:
-        return per % gpus_per_chain == 0
-    return env.multi_node and gpus_per_chain % per == 0
 
 
 def host_order(jobs: Iterable[Job]) -> list[Job]:
@@ -176,11 +163,11 @@ class Toolkit:
     surrogate: Surrogate
     scoring: ScoringConfig = attrs.field(factory=ScoringConfig)
     proposer_cfg: ProposerConfig = attrs.field(factory=ProposerConfig)
-    proposer: DefaultProposer = attrs.field(init=False)
+    generator: CandidateGenerator = attrs.field(init=False)
     calls: int = 0
 
     def __attrs_post_init__(self) -> None:
-        self.proposer = DefaultProposer(self.surrogate, cfg=self.proposer_cfg)
+        self.generator = CandidateGenerator(self.surrogate, self.proposer_cfg)
 
     @classmethod
     def build(cls, gpus: Mapping[str, GpuSpec], models: Mapping[str, ModelSpec]) -> Toolkit:
@@ -192,7 +179,7 @@ class Toolkit:
 
     def options(self, job: Job, snapshot: ClusterSnapshot) -> list[SizedOption]:
         """Every feasible (GPU type, config) for ``job``, sized for its demand and screened."""
-        return self.proposer.sized_options(
+        return self.generator.screener.sized_options(
             job, self.environments(snapshot), self.gpus, now_s=snapshot.time_s
         )
 
@@ -255,23 +242,8 @@ class Toolkit:
             and (pool_ids is None or p.id in pool_ids)
         ]
         if cheapest_first:
-            envs.sort(key=lambda e: (e.price_usd_per_gpu_h * (1 + 4 * e.preemption_per_h), e.id))
-        room = {e.id: max(free.get(e.id, 0), 0) // config.gpus for e in envs}
-        for env in envs:
-            if room[env.id] >= n:
-                return Ladder((Rank(Chain(job.model, env, config), n),))
-        ranks: list[Rank] = []
-        left = n
-        for env in envs:
-            take = min(room[env.id], left)
-            if take > 0:
-                ranks.append(Rank(Chain(job.model, env, config), take))
-                left -= take
-            if left == 0:
-                break
-        if ranks and (left == 0 or partial):
-            return Ladder(tuple(ranks))
-        return None
+            envs.sort(key=lambda e: (risk_price(e), e.id))
+        return place(job.model, config, n, envs, free, partial=partial)
 
     def proposals(self, job: Job, snapshot: ClusterSnapshot, max_candidates: int) -> list[Ladder]:
         """The default proposer's short list for ``job`` (no exploration candidates)."""
@@ -283,7 +255,7 @@ class Toolkit:
             incumbent=snapshot.current_ladders.get(job.id),
             max_candidates=max_candidates,
         )
-        return list(self.proposer.koi_propose_ladders(job, context))
+        return self.generator.propose(job, context)
 
     # ---- scoring ----------------------------------------------------------------------------
     def predict(self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot) -> Prediction:
@@ -292,8 +264,8 @@ class Toolkit:
 
     def terms(
         self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot, reference_cost: float
-    ) -> tuple[float, float] | None:
-        """``(J_i, Switch_i score)`` of ``ladder`` for ``job``; ``None`` if infeasible (C2).
+    ) -> JobTerms | None:
+        """``J_i`` and ``Switch_i`` of ``ladder`` for ``job``; ``None`` if infeasible (C2).
 
         No risk band and no exploration: the baselines score what the surrogate predicts.
         """
@@ -304,22 +276,26 @@ class Toolkit:
         scales = Normalizer.for_job(
             job, reference_cost_per_mtok=reference_cost, now_s=snapshot.time_s, cfg=cfg
         )
-        j = tchebycheff(
-            job, pred.outcomes, z_star=ideal_point(job, scales), scales=scales, rho=cfg.rho, cfg=cfg
-        )
         current = snapshot.current_ladders.get(job.id)
-        if current is None or current == ladder:
-            return j, 0.0
-        now_pred = self.surrogate.predict(job, current, now_s=snapshot.time_s)
-        cost = switching_cost(
-            current,
-            ladder,
-            model=self.models[job.model],
-            breach_probability=0.0,
-            in_flight_requests=_in_flight(job, now_pred) if now_pred.feasible else 0.0,
+        switch = None
+        if current is not None and current != ladder:
+            now_pred = self.surrogate.predict(job, current, now_s=snapshot.time_s)
+            switch = switching_cost(
+                current,
+                ladder,
+                model=self.models[job.model],
+                breach_probability=0.0,
+                in_flight_requests=in_flight_requests(job, now_pred),
+                cfg=cfg,
+            )
+        return job_terms(
+            job,
+            pred.outcomes,
+            scales=scales,
+            z_star=ideal_point(job, scales),
+            switch=switch,
             cfg=cfg,
         )
-        return j, cost.score(cfg)
 
     def value(
         self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot, reference_cost: float
@@ -328,19 +304,7 @@ class Toolkit:
         if ladder.is_empty:
             return self.defer_value(job, snapshot)
         t = self.terms(job, ladder, snapshot, reference_cost)
-        if t is None:
-            return None
-        return candidate_value(t[0], 0.0, t[1], cfg=self.scoring)
+        return None if t is None else t.value(self.scoring)
 
     def defer_value(self, job: Job, snapshot: ClusterSnapshot) -> float:
         return deferral_score(job, self.scoring, now_s=snapshot.time_s)
-
-
-def _in_flight(job: Job, pred: Prediction) -> float:
-    """Requests in flight on the current deployment (Little's law on the prediction)."""
-    if job.is_online:
-        rate = job.workload.rate_rps or 0.0
-        o = pred.outcomes
-        latency_s = (o.p99_ttft_ms + job.workload.output_len.mean * o.p99_tpot_ms) / 1000.0
-        return rate * latency_s if math.isfinite(latency_s) else 0.0
-    return sum(rp.mediators.mean_batch_size * rp.rank.replicas for rp in pred.ranks)

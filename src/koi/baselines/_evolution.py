@@ -92,7 +92,7 @@ class Evolutionary:
         if t is None:
             return None
         ladders.append(ladder)
-        terms.append(JobTerms(t[0], 0.0, t[1]))
+        terms.append(t)
         return len(ladders) - 1
 
     def _fitness(self, genes: list[_Gene], genome: np.ndarray) -> float:

@@ -56,15 +56,15 @@ class KoiPolicy:
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
         result = self.planner.tick(snapshot, observations)
-        ev, kn = result.evidence, result.knobs
+        learned, kn = result.learning, result.knobs
         self.calibration.append(
             {
                 "time_s": snapshot.time_s,
-                "mean_uncertainty": _num(ev.get("mean_uncertainty")),
-                "q1_rate": _num(ev.get("q1_rate")),
-                "evidence_coverage": _num(ev.get("coverage")),
-                "compared": _num(ev.get("compared")),
-                "mechanisms": _num(ev.get("mechanisms")),
+                "mean_uncertainty": _num(learned.mean_uncertainty),
+                "q1_rate": _num(learned.q1_rate),
+                "evidence_coverage": _num(learned.coverage),
+                "compared": _num(learned.compared if not result.fallback else None),
+                "mechanisms": _num(learned.mechanisms if not result.fallback else None),
                 "epsilon": _num(kn.get("epsilon")),
                 "coverage": _num(kn.get("coverage")),
                 "beta": _num(kn.get("beta")),

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import attrs
 
-from koi.baselines._common import Toolkit, base_actions, free_gpus, host_order, safe_plan
+from koi.baselines._common import Toolkit, base_actions, host_order, safe_plan
+from koi.candidates import free_gpus
 from koi.types import ActionKind, ClusterSnapshot, JobAction, Ladder, Observation, Plan
 
 __all__ = ["PerJob"]

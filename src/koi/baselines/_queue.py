@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from koi.baselines._common import Toolkit, base_actions, free_gpus, safe_plan
-from koi.plugins._default_proposer import SizedOption
+from koi.baselines._common import Toolkit, base_actions, safe_plan
+from koi.candidates import SizedOption, free_gpus
 from koi.types import ActionKind, ClusterSnapshot, Job, JobAction, Ladder, Observation, Plan
 
 __all__ = ["BestFixed", "QueueFirstFit", "edf_key", "fcfs_key"]

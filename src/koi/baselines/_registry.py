@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
+import attrs
 import numpy as np
 
 from koi.baselines._common import Toolkit
@@ -11,11 +12,16 @@ from koi.baselines._config import BaselineConfig
 from koi.baselines._evolution import Evolutionary
 from koi.baselines._koi import KoiPolicy, koi_config
 from koi.baselines._milp import RollingMilp
+from koi.baselines._oracle import Oracle, TruthProfiles
 from koi.baselines._perjob import PerJob
 from koi.baselines._queue import BestFixed, QueueFirstFit, edf_key, fcfs_key
 from koi.baselines._thompson import Thompson
+from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
 from koi.errors import InvalidInput
+from koi.planner import Planner
+from koi.sim import Policy, TruthModel, World
+from koi.surrogate import Surrogate
 
 __all__ = [
     "CONFIGURABLE",
@@ -60,15 +66,86 @@ CONFIGURABLE: frozenset[str] = frozenset({"koi", "koi-nograph", "koi-frozen", "o
 LLM_PLANNERS: tuple[str, ...] = ("llm-only", "llm-agent")
 
 
+@attrs.frozen
+class _Build:
+    """What a planner is built from: the catalog, the run's seed, the world (references only),
+    the baselines' knobs and the base configuration of koi's planners."""
+
+    name: str
+    catalog: Catalog
+    seed: int
+    world: World | None
+    cfg: BaselineConfig
+    config: KoiConfig | None
+
+    def toolkit(self) -> Toolkit:
+        return Toolkit.build(dict(self.catalog.gpus), dict(self.catalog.models))
+
+    def rng(self) -> np.random.Generator:
+        return np.random.default_rng([self.seed, len(self.name)])
+
+    def truth(self) -> World:
+        if self.world is None:
+            raise InvalidInput(
+                f"{self.name}: needs the world (koi.sim.build_world(scenario, seed=...))"
+            )
+        return self.world
+
+
+def _koi(b: _Build) -> Policy:
+    return KoiPolicy(Planner(config=koi_config(b.name, b.config), catalog=b.catalog, name=b.name))
+
+
+def _oracle_koi(b: _Build) -> Policy:
+    world = b.truth()
+    base = koi_config("koi", b.config)
+    profiles = TruthProfiles(TruthModel(world.seed, world.cfg.truth))
+    surrogate = Surrogate(
+        dict(b.catalog.gpus), dict(b.catalog.models), base.surrogate, profiles=profiles
+    )
+    return KoiPolicy(Planner(config=base, catalog=b.catalog, surrogate=surrogate, name=b.name))
+
+
+def _oracle(b: _Build) -> Policy:
+    world = b.truth()
+    return Oracle(
+        gpus=dict(b.catalog.gpus),
+        models=dict(b.catalog.models),
+        scenario=world.scenario,
+        world_seed=world.seed,
+        truth=TruthModel(world.seed, world.cfg.truth),
+        max_candidates=b.cfg.max_candidates,
+        selector=b.cfg.selector,
+    )
+
+
+_BUILDERS: dict[str, Callable[[_Build], Policy]] = {
+    "koi": _koi,
+    "koi-nograph": _koi,
+    "koi-frozen": _koi,
+    "fcfs": lambda b: QueueFirstFit("fcfs", b.toolkit(), fcfs_key),
+    "edf": lambda b: QueueFirstFit("edf", b.toolkit(), edf_key),
+    "best-fixed": lambda b: BestFixed(b.toolkit()),
+    "per-job": lambda b: PerJob(b.toolkit(), max_candidates=b.cfg.max_candidates),
+    "rolling-milp": lambda b: RollingMilp(
+        b.toolkit(), max_candidates=b.cfg.max_candidates, selector=b.cfg.selector
+    ),
+    "thompson": lambda b: Thompson(b.toolkit(), b.rng(), b.cfg),
+    "evolutionary": lambda b: Evolutionary(b.toolkit(), b.rng(), b.cfg),
+    "oracle": _oracle,
+    "oracle-koi": _oracle_koi,
+}
+
+
 def make_policy(
     name: str,
     *,
-    catalog: Any = None,
+    catalog: Catalog | None = None,
     seed: int = 0,
-    world: Any = None,
+    world: World | None = None,
     cfg: BaselineConfig | None = None,
     config: KoiConfig | None = None,
-) -> Any:
+) -> Policy:
     """A fresh policy for planner ``name`` (see :data:`PLANNERS`).
 
     ``catalog`` defaults to :func:`koi.catalog.load_catalog`; ``seed`` seeds stochastic
@@ -77,63 +154,11 @@ def make_policy(
     :class:`~koi.config.KoiConfig` of koi's planners (its ablations switch their part off on
     top of it); the baselines do not read it.
     """
-    from koi.catalog import load_catalog
-
-    cfg = cfg or BaselineConfig()
-    cat = catalog or load_catalog()
-    gpus, models = dict(cat.gpus), dict(cat.models)
-    if name in ("koi", "koi-nograph", "koi-frozen"):
-        from koi.planner import Planner
-
-        return KoiPolicy(Planner(config=koi_config(name, config), catalog=cat, name=name))
-    if name in REFERENCE and world is None:
-        raise InvalidInput(f"{name}: needs the world (koi.sim.build_world(scenario, seed=...))")
-    if name == "oracle-koi":
-        from koi.baselines._oracle import TruthProfiles
-        from koi.planner import Planner
-        from koi.sim import TruthModel
-        from koi.surrogate import Surrogate
-
-        truth = TruthModel(world.seed, world.cfg.truth)
-        base = koi_config("koi", config)
-        surrogate = Surrogate(gpus, models, base.surrogate, profiles=TruthProfiles(truth))
-        return KoiPolicy(Planner(config=base, catalog=cat, surrogate=surrogate, name=name))
-    if name == "oracle":
-        if world is None:
-            raise InvalidInput("oracle: needs the world (koi.sim.build_world(scenario, seed=...))")
-        from koi.baselines._oracle import Oracle
-        from koi.sim import TruthModel
-
-        return Oracle(
-            gpus=gpus,
-            models=models,
-            scenario=world.scenario,
-            world_seed=world.seed,
-            truth=TruthModel(world.seed, world.cfg.truth),
-            max_candidates=cfg.max_candidates,
-            selector=cfg.selector,
-        )
-    tk = Toolkit.build(gpus, models)
-    rng = np.random.default_rng([seed, len(name)])
-    if name == "fcfs":
-        return QueueFirstFit("fcfs", tk, fcfs_key)
-    if name == "edf":
-        return QueueFirstFit("edf", tk, edf_key)
-    if name == "best-fixed":
-        return BestFixed(tk)
-    if name == "per-job":
-        return PerJob(tk, max_candidates=cfg.max_candidates)
-    if name == "rolling-milp":
-        return RollingMilp(
-            tk,
-            max_candidates=cfg.max_candidates,
-            selector=cfg.selector,
-        )
-    if name == "thompson":
-        return Thompson(tk, rng, cfg)
-    if name == "evolutionary":
-        return Evolutionary(tk, rng, cfg)
-    if name in LLM_PLANNERS:
-        raise InvalidInput(f"planner {name!r}: needs an LLM plugin (not configured)")
-    known = ", ".join((*PLANNERS, *EXTRA_PLANNERS))
-    raise InvalidInput(f"planner: unknown {name!r}; choose from {known}")
+    builder = _BUILDERS.get(name)
+    if builder is None:
+        if name in LLM_PLANNERS:
+            raise InvalidInput(f"planner {name!r}: needs an LLM plugin (not configured)")
+        known = ", ".join((*PLANNERS, *EXTRA_PLANNERS))
+        raise InvalidInput(f"planner: unknown {name!r}; choose from {known}")
+    built = _Build(name, catalog or load_catalog(), seed, world, cfg or BaselineConfig(), config)
+    return builder(built)

@@ -26,9 +26,9 @@ from collections.abc import Sequence
 import attrs
 import numpy as np
 
-from koi.baselines._common import Toolkit, base_actions, free_gpus, host_order, safe_plan
+from koi.baselines._common import Toolkit, base_actions, host_order, safe_plan
 from koi.baselines._config import BaselineConfig
-from koi.plugins._default_proposer import SizedOption
+from koi.candidates import SizedOption, free_gpus, meets_target
 from koi.types import (
     ActionKind,
     Chain,
@@ -75,12 +75,7 @@ def arm_of(chain: Chain) -> Arm:
 def _success(job: Job, obs: Observation) -> bool:
     if not obs.healthy:
         return False
-    o, t = obs.outcomes, job.target
-    if job.is_online:
-        return o.p99_ttft_ms <= (t.p99_ttft_ms or math.inf) and o.p99_tpot_ms <= (
-            t.p99_tpot_ms or math.inf
-        )
-    return o.slo_margin >= 0
+    return meets_target(job, obs.outcomes)
 
 
 @attrs.define

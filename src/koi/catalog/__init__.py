@@ -14,12 +14,8 @@ from __future__ import annotations
 
 from koi.catalog._catalog import Catalog
 from koi.catalog._instance import PCIE_X16_GB_S, InstanceType
-from koi.catalog._load import (
-    CatalogEntries,
-    load_catalog,
-    parse_catalog_text,
-    read_catalog_file,
-)
+from koi.catalog._load import load_catalog
+from koi.catalog._parse import CatalogEntries, parse_catalog_text, read_catalog_file
 
 __all__ = [
     "PCIE_X16_GB_S",

@@ -10,6 +10,7 @@ from typing import TypeVar
 import attrs
 
 from koi.catalog._instance import InstanceType, _market
+from koi.catalog._parse import read_catalog_file
 from koi.errors import InvalidInput
 from koi.types import Environment, GpuSpec, Market, ModelSpec
 
@@ -181,8 +182,6 @@ class Catalog:
         :class:`InvalidInput` naming the file and the entry, e.g.
         ``my.toml: gpus[0] (X1): memory_gib: must be > 0, got -1``.
         """
-        from koi.catalog._load import read_catalog_file
-
         entries = read_catalog_file(path)
         # Check cross-references here so that the error names the file and the entry.
         gpus = {**self.gpus, **{g.name: g for g in entries.gpus}}

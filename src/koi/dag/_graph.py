@@ -21,8 +21,7 @@ Confidence = Callable[[EdgeKey], float]
 _ALLOWED = {(NodeKind.X, NodeKind.V), (NodeKind.V, NodeKind.Y)}
 
 
-def _uniform_confidence(_edge: EdgeKey) -> float:
-    return 0.5  # the mean of Beta(1, 1): nothing known
+_UNTESTED = 0.5  # the mean of Beta(1, 1): nothing known
 
 
 @attrs.frozen
@@ -65,6 +64,45 @@ class DagView:
 
     def edges_from(self, node: str) -> tuple[EdgeView, ...]:
         return tuple(e for e in self.edges if e.source == node)
+
+    def backward(self, outcome: Outcome | str) -> tuple[BackwardPath, ...]:
+        """Every decision -> mediator -> ``outcome`` path, most confident first: the backward
+        query of paper §2.3, the only implementation in koi.
+
+        A path's confidence is the product of its two edges' confidences (0.5, the mean of an
+        untested ``Beta(1, 1)``, where the view carries none).  Ties are ordered by decision,
+        then mediator.
+        """
+        target = outcome if isinstance(outcome, Outcome) else node_value(str(outcome))
+        if not isinstance(target, Outcome):
+            raise InvalidInput(f"outcome: must be a Y node or Outcome, got {outcome!r}")
+        paths = []
+        for vy in self.edges_into(node_name(target)):
+            mediator = node_value(vy.source)
+            for xv in self.edges_into(vy.source):
+                decision = node_value(xv.source)
+                assert isinstance(mediator, Mediator)
+                assert isinstance(decision, Decision)
+                c = _confidence_of(xv) * _confidence_of(vy)
+                paths.append(BackwardPath(decision, mediator, target, c))
+        paths.sort(key=lambda p: (-p.confidence, p.decision.value, p.mediator.value))
+        return tuple(paths)
+
+    def decisions_for(
+        self, outcomes: Iterable[Outcome], min_confidence: float = 0.0
+    ) -> tuple[tuple[Decision, float], ...]:
+        """Decisions with a path to any of ``outcomes``, each with its best path's confidence;
+        paths below ``min_confidence`` do not count.  Most confident first."""
+        best: dict[Decision, float] = {}
+        for outcome in outcomes:
+            for path in self.backward(outcome):
+                if path.confidence >= min_confidence:
+                    best[path.decision] = max(path.confidence, best.get(path.decision, 0.0))
+        return tuple(sorted(best.items(), key=lambda dc: (-dc[1], dc[0].value)))
+
+
+def _confidence_of(edge: EdgeView) -> float:
+    return _UNTESTED if edge.confidence is None else edge.confidence
 
 
 def _check_edge(parent: str, child: str) -> None:
@@ -165,35 +203,17 @@ class CausalDag:
     def backward(
         self, outcome: Outcome | str, confidence: Confidence | None = None
     ) -> tuple[BackwardPath, ...]:
-        """Every decision -> mediator -> ``outcome`` path, most confident first.
-
-        A path's confidence is the product of its two edges' confidences (default 0.5 each,
-        the mean of an untested ``Beta(1, 1)``).  Ties are ordered by decision, then mediator.
-        """
-        target = outcome if isinstance(outcome, Outcome) else node_value(str(outcome))
-        if not isinstance(target, Outcome):
-            raise InvalidInput(f"outcome: must be a Y node or Outcome, got {outcome!r}")
-        conf = _uniform_confidence if confidence is None else confidence
-        y = node_name(target)
-        paths = []
-        for v in self._graph.predecessors(y):
-            c_vy = float(conf((v, y)))
-            for x in self._graph.predecessors(v):
-                mediator, decision = node_value(v), node_value(x)
-                assert isinstance(mediator, Mediator)
-                assert isinstance(decision, Decision)
-                paths.append(BackwardPath(decision, mediator, target, float(conf((x, v))) * c_vy))
-        paths.sort(key=lambda p: (-p.confidence, p.decision.value, p.mediator.value))
-        return tuple(paths)
+        """:meth:`DagView.backward` on this graph with ``confidence`` per edge (default 0.5)."""
+        return self.view(confidence).backward(outcome)
 
     def decisions_for(
         self, outcome: Outcome | str, confidence: Confidence | None = None
     ) -> tuple[tuple[Decision, float], ...]:
         """Decisions that reach ``outcome``, each with its best path's confidence."""
-        best: dict[Decision, float] = {}
-        for path in self.backward(outcome, confidence):
-            best.setdefault(path.decision, path.confidence)
-        return tuple(best.items())
+        target = outcome if isinstance(outcome, Outcome) else node_value(str(outcome))
+        if not isinstance(target, Outcome):
+            raise InvalidInput(f"outcome: must be a Y node or Outcome, got {outcome!r}")
+        return self.view(confidence).decisions_for((target,))
 
     def view(
         self, confidence: Confidence | None = None, uncertainty: Confidence | None = None

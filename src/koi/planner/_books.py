@@ -1,6 +1,6 @@
 """The root planner's default budget books (paper §2.6, DESIGN §6).
 
-For every job, the default proposer's screen gives the cheapest sized option per GPU type;
+For every job, the candidate screen gives the cheapest sized option per GPU type;
 priced per pool, that is how many GPUs of the pool serve the job and what the job gains per GPU
 there (its Tchebycheff score over deferral).  The selector's cvxpy LP spreads the fleet over
 the jobs; each job's book lists the pools it got plus the next best few.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from koi.plugins._default_proposer import DefaultProposer
+from koi.candidates import Screener
 from koi.scoring import Normalizer, ScoringConfig, deferral_score, ideal_point, tchebycheff
 from koi.selector import JobDemand
 from koi.types import ClusterSnapshot, GpuSpec, Job, Outcomes
@@ -21,7 +21,7 @@ __all__ = ["job_demand", "reference_cost"]
 def job_demand(
     job: Job,
     snapshot: ClusterSnapshot,
-    proposer: DefaultProposer,
+    screener: Screener,
     gpus: Mapping[str, GpuSpec],
     *,
     reference_cost_per_mtok: float,
@@ -30,7 +30,7 @@ def job_demand(
     """GPUs needed and value per GPU in every pool that can serve ``job``."""
     envs = [p.environment for p in snapshot.pools if p.environment.gpu in gpus]
     best: dict[str, tuple[int, Outcomes, float]] = {}
-    for sized in proposer.sized_options(job, envs, gpus, now_s=snapshot.time_s):
+    for sized in screener.sized_options(job, envs, gpus, now_s=snapshot.time_s):
         if not sized.meets_target:
             continue
         gpu = sized.option.gpu
@@ -70,7 +70,7 @@ def job_demand(
 
 
 def reference_cost(
-    job: Job, snapshot: ClusterSnapshot, proposer: DefaultProposer, gpus: Mapping[str, GpuSpec]
+    job: Job, snapshot: ClusterSnapshot, screener: Screener, gpus: Mapping[str, GpuSpec]
 ) -> float:
     """The cheapest cost per Mtok any pool of the fleet offers ``job`` (the cost scale)."""
     envs = [p.environment for p in snapshot.pools if p.environment.gpu in gpus]
@@ -79,7 +79,7 @@ def reference_cost(
         price = env.price_usd_per_gpu_h
         cheapest_per_gpu[env.gpu] = min(price, cheapest_per_gpu.get(env.gpu, price))
     best = float("inf")
-    for sized in proposer.sized_options(job, envs, gpus, now_s=snapshot.time_s):
+    for sized in screener.sized_options(job, envs, gpus, now_s=snapshot.time_s):
         out = sized.prediction.outcomes
         shape = sized.option.shape
         if out.throughput_tok_s <= 0 or shape.price_usd_per_gpu_h <= 0:

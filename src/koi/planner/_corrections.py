@@ -8,23 +8,39 @@ generalises across replica counts and batch sizes, because the surrogate re-deri
 from it); p99 TTFT, which mixes prefill with queueing, and the mediators are corrected
 directly.  CUSUM divergence resets a variable so that
 stale evidence does not linger after the world changed.
+
+This module is the one home of residual corrections: the store (S3 records into it), the
+per-chain corrections in force (:func:`correction_fn`, which S2, S5 and the ledger use), and
+what the planner remembers of them per stratum.  The surrogate only applies a
+:class:`koi.surrogate.RankCorrection`; it never decides one.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
-from koi.config import CorrectionConfig
-from koi.types import Mediator
+from koi.config import CorrectionConfig, KoiConfig
+from koi.dag import RankContext
+from koi.planner._strata import stratum_for
+from koi.surrogate import RankCorrection, RankPrediction
+from koi.types import Chain, GpuSpec, Job, Mediator, ModelSpec, Observation, Outcome, Rank
+
+if TYPE_CHECKING:  # the state holds a CorrectionStore: import its type only for checking
+    from koi.planner._state import PlannerState
 
 __all__ = [
     "DECODE_TIME",
     "CorrectionEntry",
     "CorrectionStore",
+    "correction_fn",
+    "correction_moved",
+    "correction_samples",
+    "correction_signature",
 ]
 
 DECODE_TIME = "decode_time"
@@ -111,3 +127,123 @@ class CorrectionStore:
                 for (s, v), f in sorted(index.items())
             )
         )
+
+
+def correction_fn(
+    state: PlannerState,
+    job: Job,
+    *,
+    gpus: Mapping[str, GpuSpec],
+    models: Mapping[str, ModelSpec],
+    cfg: KoiConfig,
+) -> Callable[[Chain], RankCorrection]:
+    """The residual corrections in force for ``job``, as the surrogate's per-chain callback.
+
+    A stratum's own corrections win.  A stratum with no evidence of its own borrows step-time
+    corrections through admitted mechanisms (DESIGN §4.5.1): every mechanism whose belief has
+    reached ``planner.mechanism_min_confidence`` and whose scope covers the chain lends the
+    median correction of the strata it was tested in.
+    """
+    cache: dict[Chain, RankCorrection] = {}
+    store, cc = state.corrections, cfg.corrections
+    confident = [
+        m for m in state.mechanisms if m.belief.confidence >= cfg.planner.mechanism_min_confidence
+    ]
+
+    def borrowed(chain: Chain, spec: ModelSpec, variable: str) -> float:
+        gpu = gpus.get(chain.environment.gpu)
+        if gpu is None or not confident:
+            return 1.0
+        ctx = RankContext.from_rank(Rank(chain, 1), spec, gpu, job)
+        factors = [
+            f
+            for m in confident
+            if m.applies_to(ctx)
+            for skey in state.mechanism_strata.get(m.id, ())
+            if (f := store.factor(skey, variable, cc)) is not None
+        ]
+        return statistics.median(factors) if factors else 1.0
+
+    def correct(chain: Chain) -> RankCorrection:
+        hit = cache.get(chain)
+        if hit is not None:
+            return hit
+        spec = models.get(chain.model)
+        if spec is None:
+            return RankCorrection()
+        key = stratum_for(chain, spec, cfg).key
+
+        def factor(variable: str) -> float:
+            own = store.factor(key, variable, cc)
+            return own if own is not None else borrowed(chain, spec, variable)
+
+        mediators = {
+            m: quantized(f, cc.quantum)
+            for m in Mediator
+            if (f := store.factor(key, m.value, cc)) is not None
+        }
+        # Hysteresis: keep the step corrections in force unless the estimate really moved, so
+        # predictions stay cached across ticks and CUSUM is not restarted by noise.
+        held = state.signatures.get(key)
+        ttft = quantized(factor(Outcome.TTFT.value), cc.quantum)
+        decode = quantized(factor(DECODE_TIME), cc.quantum)
+        if held is not None:
+            ttft = sticky(held[0], ttft, cc.hysteresis)
+            decode = sticky(held[1], decode, cc.hysteresis)
+        result = RankCorrection(
+            decode_time=decode, outcomes={Outcome.TTFT: ttft}, mediators=mediators
+        )
+        cache[chain] = result
+        return result
+
+    return correct
+
+
+def sticky(held: float, estimate: float, band: float) -> float:
+    return held if abs(math.log(estimate / held)) <= band else estimate
+
+
+def quantized(factor: float, quantum: float) -> float:
+    """Round a correction to a relative grid: predictions with equal corrections share the
+    surrogate's cache across ticks, and a 2 % step is well below telemetry noise."""
+    if factor == 1.0 or quantum <= 0:
+        return factor
+    return math.exp(round(math.log(factor) / quantum) * quantum)
+
+
+def correction_signature(c: RankCorrection) -> tuple[float, ...]:
+    """The correction in force, as the comparable tuple the state remembers per stratum."""
+    return (c.outcome(Outcome.TTFT), c.decode_time, *(c.mediator(m) for m in Mediator))
+
+
+_MEDIATOR_INDEX = {m.value: 2 + k for k, m in enumerate(Mediator)}
+
+
+def correction_moved(
+    a: Sequence[float], b: Sequence[float], variable: str, threshold: float
+) -> bool:
+    """Did a correction that ``variable``'s prediction depends on move by more than
+    ``threshold`` (relative)?  Every variable depends on the decode-step and TTFT factors
+    (index 0 and 1); a mediator also on its own factor."""
+    index = [0, 1]
+    if variable in _MEDIATOR_INDEX:
+        index.append(_MEDIATOR_INDEX[variable])
+    return any(abs(math.log(b[i] / a[i])) > threshold for i in index)
+
+
+def correction_samples(
+    skey: str, o: Observation, rp: RankPrediction, in_force: RankCorrection
+) -> list[tuple[str, str, float, float, float]]:
+    """Implied correction samples from one observation (see the module docstring)."""
+    samples = [
+        (skey, DECODE_TIME, in_force.decode_time, o.outcomes.p99_tpot_ms, rp.outcomes.p99_tpot_ms)
+    ]
+    # p99 TTFT mixes prefill with queueing behind decode steps, so no single step-time factor
+    # explains it; it gets a direct outcome factor (the prediction scales with it exactly).
+    ttft = (o.outcomes.p99_ttft_ms, rp.outcomes.p99_ttft_ms)
+    samples.append((skey, Outcome.TTFT.value, in_force.outcome(Outcome.TTFT), *ttft))
+    for m in Mediator:
+        samples.append(
+            (skey, m.value, in_force.mediator(m), o.mediators.get(m), rp.mediators.get(m))
+        )
+    return samples

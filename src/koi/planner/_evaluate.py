@@ -10,25 +10,27 @@ mechanisms it exercises.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import attrs
 
 from koi.beliefs import EdgeKey, Stratum
 from koi.config import KoiConfig
 from koi.dag import CausalDag, RankContext, exercised_keys
-from koi.planner._learn import correction_fn
+from koi.planner._corrections import correction_fn
 from koi.planner._report import CandidateReport
 from koi.planner._state import PlannerState
 from koi.planner._strata import stratum_for
 from koi.risk import RiskBand, band, breach_probability, combine_breach
 from koi.scoring import (
+    JobTerms,
     Normalizer,
-    candidate_value,
     deferral_score,
+    exploration_weights,
     ideal_point,
+    in_flight_requests,
+    job_terms,
     switching_cost,
-    tchebycheff,
 )
 from koi.selector import Candidate
 from koi.surrogate import Prediction, RankCorrection, Surrogate
@@ -45,7 +47,7 @@ from koi.types import (
     Rank,
 )
 
-__all__ = ["Evaluated", "Evaluator", "ExplorationItem"]
+__all__ = ["Evaluated", "Evaluator", "ExplorationItem", "replay_short_lists", "short_list"]
 
 ExplorationItem = Hashable
 
@@ -57,6 +59,7 @@ class Evaluated:
     report: CandidateReport
     candidate: Candidate | None
     prediction: Prediction | None = None
+    terms: JobTerms | None = None
 
 
 class Evaluator:
@@ -84,7 +87,10 @@ class Evaluator:
         self.cfg = cfg
         self.reference_cost = reference_cost
         self.current = snapshot.current_ladders
+        # U per exploration item seen this tick: (edge, stratum) items scaled per edge, and
+        # the mechanisms' own U (``mechanism_items``), weighed by ω_m in Φ.
         self.uncertainty: dict[ExplorationItem, float] = {}
+        self.mechanism_items: set[ExplorationItem] = set()
         # Per tick: one corrections callback per job (it memoizes per chain), and the
         # (edge, stratum) keys per ladder that both C3's prior and exploration need.
         self._corrections: dict[str, Callable[[Chain], RankCorrection]] = {}
@@ -175,14 +181,19 @@ class Evaluator:
     # ---- exploration ----------------------------------------------------------------------
     def exploration_weights(self) -> dict[ExplorationItem, float]:
         """β·U per exploration item seen this tick (edges normalized per stratum, DESIGN §5.3)."""
-        beta = self.state.calibration.beta
-        return {item: beta * u for item, u in self.uncertainty.items() if u > 0}
+        return exploration_weights(
+            self.uncertainty,
+            mechanisms=self.mechanism_items,
+            beta=self.state.calibration.beta,
+            omega_m=self.cfg.scoring.omega_m,
+        )
 
     def _covers(self, job: Job, ladder: Ladder) -> frozenset[ExplorationItem]:
         """(edge, stratum) pairs and mechanisms the ladder exercises, with their U recorded.
 
         Edge uncertainty is divided by the number of registered edges so that a wholly untested
-        stratum is worth β (not β·|E|); mechanisms weigh ω_m times their own U.
+        stratum is worth β (not β·|E|); mechanisms weigh ω_m times their own U
+        (:func:`koi.scoring.exploration_weights`).
         """
         if not self.cfg.planner.causal_graph:
             return frozenset()
@@ -194,7 +205,6 @@ class Evaluator:
             items.add(item)
             if item not in self.uncertainty:
                 self.uncertainty[item] = per_edge * evidence.uncertainty(edge, stratum)
-        omega = self.cfg.scoring.omega_m
         for rank in ladder.ranks:
             ctx = self._context(job, rank)
             if ctx is None:
@@ -203,7 +213,8 @@ class Evaluator:
                 if m.applies_to(ctx):
                     mech_item: ExplorationItem = ("mechanism", m.id)
                     items.add(mech_item)
-                    self.uncertainty[mech_item] = omega * m.belief.uncertainty
+                    self.uncertainty[mech_item] = m.belief.uncertainty
+                    self.mechanism_items.add(mech_item)
         return frozenset(items)
 
     def _context(self, job: Job, rank: Rank) -> RankContext | None:
@@ -287,7 +298,7 @@ class Evaluator:
             covers=frozenset(),
             changes=active and held is not None,
         )
-        return Evaluated(report, candidate)
+        return Evaluated(report, candidate, terms=JobTerms(j))
 
     def evaluate(
         self,
@@ -319,37 +330,33 @@ class Evaluator:
         p = self.breach(job, ladder, pred)
         scales = self._normalizer(job)
         z_star = {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
-        j = tchebycheff(
-            job,
-            pred.outcomes,
-            z_star=z_star,
-            scales=scales,
-            rho=self.cfg.scoring.rho,
-            cfg=self.cfg.scoring,
-        )
-        switch_usd = 0.0
-        switch_score = 0.0
+        switch = None
         if current is not None and kind is not ActionKind.KEEP:
-            now_pred = self._current_prediction(job, current)
-            cost = switching_cost(
+            switch = switching_cost(
                 current,
                 ladder,
                 model=self.models[job.model],
                 breach_probability=p,
-                in_flight_requests=_in_flight(job, now_pred) if now_pred.feasible else 0.0,
+                in_flight_requests=in_flight_requests(job, self._current_prediction(job, current)),
                 cfg=self.cfg.scoring,
             )
-            switch_usd, switch_score = cost.total_usd, cost.score(self.cfg.scoring)
-        value = candidate_value(
-            j, p, switch_score, cfg=self.cfg.scoring, lam=self.state.calibration.lam
+        terms = job_terms(
+            job,
+            pred.outcomes,
+            scales=scales,
+            z_star=z_star,
+            breach_probability=p,
+            switch=switch,
+            cfg=self.cfg.scoring,
         )
+        value = terms.value(self.cfg.scoring, lam=self.state.calibration.lam)
         covers = self._covers(job, ladder)
         report = attrs.evolve(
             base,
             outcomes=pred.outcomes,
             breach_probability=p,
-            tchebycheff=j,
-            switch_usd=switch_usd,
+            tchebycheff=terms.j,
+            switch_usd=switch.total_usd if switch is not None else 0.0,
             value=value,
             exploration_items=len(covers),
         )
@@ -357,7 +364,7 @@ class Evaluator:
         if p > tau and kind is not ActionKind.KEEP:
             # C3.  A running ladder is never rejected for risk: stopping it breaches for sure.
             reason = f"C3: breach {p:.2f} > τ {tau:.2f}"
-            return Evaluated(attrs.evolve(report, rejected=reason), None, pred)
+            return Evaluated(attrs.evolve(report, rejected=reason), None, pred, terms)
         candidate = Candidate(
             job_id=job.id,
             key=key,
@@ -367,15 +374,33 @@ class Evaluator:
             covers=covers,
             changes=kind is ActionKind.RECONFIGURE,
         )
-        return Evaluated(report, candidate, pred)
+        return Evaluated(report, candidate, pred, terms)
 
 
-def _in_flight(job: Job, pred: Prediction) -> float:
-    """Requests in flight on the job's current deployment (Little's law on the prediction)."""
-    if job.is_online:
-        rate = job.workload.rate_rps or 0.0
-        latency_s = (
-            pred.outcomes.p99_ttft_ms + job.workload.output_len.mean * pred.outcomes.p99_tpot_ms
-        ) / 1000.0
-        return rate * latency_s if math.isfinite(latency_s) else 0.0
-    return sum(rp.mediators.mean_batch_size * rp.rank.replicas for rp in pred.ranks)
+def replay_short_lists(
+    jobs: Sequence[Job], candidates: dict[str, dict[Ladder, Evaluated]], evaluator: Evaluator
+) -> None:
+    """Re-predict each job's short list with the replay engine's p99s (in place)."""
+    top = evaluator.cfg.planner.replay_top
+    for job in jobs:
+        mine = candidates[job.id]
+        for ladder in short_list(mine, top):
+            ev = mine[ladder]
+            mine[ladder] = evaluator.evaluate(
+                job, ladder, key=ev.report.key, sources=ev.report.sources, replay=True
+            )
+
+
+def short_list(candidates: Mapping[Ladder, Evaluated], top: int) -> list[Ladder]:
+    """The keep ladder and the ``top`` best valid changes of one job."""
+    changes = sorted(
+        (
+            (ev.report.value, ladder)
+            for ladder, ev in candidates.items()
+            if ev.candidate is not None
+            and ev.report.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE)
+        ),
+        key=lambda vl: -vl[0],
+    )
+    keep = [lad for lad, ev in candidates.items() if ev.report.kind is ActionKind.KEEP]
+    return keep + [lad for _, lad in changes[:top]]

@@ -10,7 +10,6 @@ audit; length drift, slow replicas and engine changes still show up as residuals
 from __future__ import annotations
 
 import math
-import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -22,7 +21,15 @@ from koi.calibration import ideal_point_update
 from koi.config import KoiConfig
 from koi.cusum import Detector, classify
 from koi.dag import CausalDag, RankContext, exercised_decisions, node_name
-from koi.planner._corrections import DECODE_TIME, CorrectionStore
+from koi.planner._corrections import (
+    DECODE_TIME,
+    CorrectionStore,
+    correction_fn,
+    correction_moved,
+    correction_samples,
+    correction_signature,
+)
+from koi.planner._report import LearnReport
 from koi.planner._state import DetectorKey, PlannerState
 from koi.planner._strata import stratum_for
 from koi.risk import ResidualHistory, band, relative_residual
@@ -41,7 +48,7 @@ from koi.types import (
     Rank,
 )
 
-__all__ = ["LearnReport", "correction_fn", "learn"]
+__all__ = ["Comparison", "LearnReport", "QuadrantRule", "compare", "learn", "update"]
 
 # Residuals of unbounded observations (an overloaded queue) are capped: they still read as a
 # large, persistent miss without poisoning σ̂ with infinities.
@@ -52,99 +59,53 @@ _STEP_OUTCOMES = frozenset(o.value for o in BAND_OUTCOMES)
 
 
 @attrs.frozen
-class LearnReport:
-    """What S2/S3 did this tick (goes into the tick report)."""
+class Comparison:
+    """S2's result: each observation paired with its re-prediction, as residuals per
+    (stratum, variable), correction samples, band coverage and the detectors they stepped."""
 
-    compared: int = 0
-    skipped: tuple[str, ...] = ()
-    divergences: tuple[str, ...] = ()
-    quadrants: Mapping[str, int] = attrs.field(factory=dict)
-    q1_rate: float | None = None
-    coverage: float | None = None
-    diverged: tuple[tuple[str, str], ...] = ()
-    examples: Mapping[str, Rank] = attrs.field(factory=dict)
+    compared: int
+    skipped: tuple[str, ...]
+    detectors: Mapping[DetectorKey, Detector]
+    touched: frozenset[DetectorKey]
+    signatures: Mapping[str, tuple[float, ...]]
+    residuals: tuple[tuple[Stratum, str, float], ...]
+    samples: tuple[tuple[str, str, float, float, float], ...]
+    covered: tuple[bool, ...]
+    evaluated: tuple[tuple[Stratum, RankContext, Rank], ...]
+    z_star: Mapping[str, Mapping[Outcome, float]]
 
 
-def correction_fn(
-    state: PlannerState,
-    job: Job,
-    *,
-    gpus: Mapping[str, GpuSpec],
-    models: Mapping[str, ModelSpec],
-    cfg: KoiConfig,
-) -> Callable[[Chain], RankCorrection]:
-    """The residual corrections in force for ``job``, as the surrogate's per-chain callback.
+@attrs.frozen
+class QuadrantRule:
+    """Paper §2.3's quadrants from this tick's CUSUM verdicts.
 
-    A stratum's own corrections win.  A stratum with no evidence of its own borrows step-time
-    corrections through admitted mechanisms (DESIGN §4.5.1): every mechanism whose belief has
-    reached ``planner.mechanism_min_confidence`` and whose scope covers the chain lends the
-    median correction of the strata it was tested in.
+    A (stratum, variable) detector has diverged (True), matches (False) or is undecided
+    (None).  It matches only after ``decide_after`` quiet samples since its last reset: one
+    large residual is not yet evidence either way (it may be an isolated deviation).  A
+    mediator star or mechanism gets a quadrant only when every variable it names is decided.
     """
-    cache: dict[Chain, RankCorrection] = {}
-    store, cc = state.corrections, cfg.corrections
-    confident = [
-        m for m in state.mechanisms if m.belief.confidence >= cfg.planner.mechanism_min_confidence
-    ]
 
-    def borrowed(chain: Chain, spec: ModelSpec, variable: str) -> float:
-        gpu = gpus.get(chain.environment.gpu)
-        if gpu is None or not confident:
-            return 1.0
-        ctx = RankContext.from_rank(Rank(chain, 1), spec, gpu, job)
-        factors = [
-            f
-            for m in confident
-            if m.applies_to(ctx)
-            for skey in state.mechanism_strata.get(m.id, ())
-            if (f := store.factor(skey, variable, cc)) is not None
-        ]
-        return statistics.median(factors) if factors else 1.0
+    detectors: Mapping[DetectorKey, Detector]
+    touched: frozenset[DetectorKey]
+    diverged: frozenset[DetectorKey]
+    decide_after: int
 
-    def correct(chain: Chain) -> RankCorrection:
-        hit = cache.get(chain)
-        if hit is not None:
-            return hit
-        spec = models.get(chain.model)
-        if spec is None:
-            return RankCorrection()
-        key = stratum_for(chain, spec, cfg).key
+    def status(self, stratum: Stratum, node: str) -> bool | None:
+        key = (stratum.key, _var(node))
+        if key not in self.touched:
+            return None
+        if key in self.diverged:
+            return True
+        return False if self.detectors[key].state.n >= self.decide_after else None
 
-        def factor(variable: str) -> float:
-            own = store.factor(key, variable, cc)
-            return own if own is not None else borrowed(chain, spec, variable)
-
-        mediators = {
-            m: _quantized(f, cc.quantum)
-            for m in Mediator
-            if (f := store.factor(key, m.value, cc)) is not None
-        }
-        # Hysteresis: keep the step corrections in force unless the estimate really moved, so
-        # predictions stay cached across ticks and CUSUM is not restarted by noise.
-        held = state.signatures.get(key)
-        ttft = _quantized(factor(Outcome.TTFT.value), cc.quantum)
-        decode = _quantized(factor(DECODE_TIME), cc.quantum)
-        if held is not None:
-            ttft = _sticky(held[0], ttft, cc.hysteresis)
-            decode = _sticky(held[1], decode, cc.hysteresis)
-        result = RankCorrection(
-            decode_time=decode, outcomes={Outcome.TTFT: ttft}, mediators=mediators
-        )
-        cache[chain] = result
-        return result
-
-    return correct
-
-
-def _sticky(held: float, estimate: float, band: float) -> float:
-    return held if abs(math.log(estimate / held)) <= band else estimate
-
-
-def _quantized(factor: float, quantum: float) -> float:
-    """Round a correction to a relative grid: predictions with equal corrections share the
-    surrogate's cache across ticks, and a 2 % step is well below telemetry noise."""
-    if factor == 1.0 or quantum <= 0:
-        return factor
-    return math.exp(round(math.log(factor) / quantum) * quantum)
+    def quadrant(
+        self, stratum: Stratum, mediators: Iterable[str], outcomes: Iterable[str]
+    ) -> Quadrant | None:
+        med = [self.status(stratum, v) for v in mediators]
+        out = [self.status(stratum, y) for y in outcomes]
+        if None in med or None in out or not med or not out:
+            return None
+        return classify(any(med), any(out))
 
 
 def learn(
@@ -159,6 +120,24 @@ def learn(
     cfg: KoiConfig,
 ) -> tuple[PlannerState, LearnReport]:
     """Run S2 (compare) and S3 (update) for one tick's observations."""
+    comparison = compare(
+        state, snapshot, observations, surrogate=surrogate, gpus=gpus, models=models, cfg=cfg
+    )
+    return update(state, comparison, dag=dag, cfg=cfg)
+
+
+def compare(
+    state: PlannerState,
+    snapshot: ClusterSnapshot,
+    observations: Sequence[Observation],
+    *,
+    surrogate: Surrogate,
+    gpus: Mapping[str, GpuSpec],
+    models: Mapping[str, ModelSpec],
+    cfg: KoiConfig,
+) -> Comparison:
+    """S2: pair each observation with the prediction at its observed conditions, step the
+    CUSUM detectors with the residuals, and collect correction samples and band coverage."""
     jobs = {j.id: j for j in snapshot.jobs}
     by_job: dict[str, list[Observation]] = defaultdict(list)
     skipped: list[str] = []
@@ -202,51 +181,48 @@ def learn(
             stratum = stratum_for(o.chain, spec, cfg)
             skey = stratum.key
             in_force = corrections_in_force(o.chain)
-            signature = _signature(in_force)
+            signature = correction_signature(in_force)
             previous = signatures.get(skey, signature)
             for key in [k for k in detectors if k[0] == skey and k not in touched]:
-                if _moved(previous, signature, key[1], cfg.corrections.recalibration):
+                if correction_moved(previous, signature, key[1], cfg.corrections.recalibration):
                     # This variable's predictor was just recalibrated: residuals of the old one
                     # must not accumulate against the new one (that would read as a change).
                     detectors[key] = detectors[key].reset()
             signatures[skey] = signature
-            pairs = _pairs(o, rp)
-            for variable, observed, pred in pairs:
+            for variable, observed, pred in _pairs(o, rp):
                 r = _residual(variable, observed, pred)
                 key = (skey, variable)
                 detectors[key] = detectors.get(key, Detector(cfg=cfg.cusum)).step(r)
                 touched[key] = True
                 new_residuals.append((stratum, variable, r))
             covered.extend(_covered(o.outcomes, rp.outcomes, state, stratum, cfg))
-            samples.extend(_correction_samples(skey, o, rp, in_force))
+            samples.extend(correction_samples(skey, o, rp, in_force))
             rank = Rank(o.chain, max(o.replicas_up, 1))
             evaluated.append((stratum, RankContext.from_rank(rank, spec, gpu, job), rank))
+    return Comparison(
+        compared=compared,
+        skipped=tuple(skipped),
+        detectors=detectors,
+        touched=frozenset(touched),
+        signatures=signatures,
+        residuals=tuple(new_residuals),
+        samples=tuple(samples),
+        covered=tuple(covered),
+        evaluated=tuple(evaluated),
+        z_star=z_star,
+    )
 
-    residuals = state.residuals.add_residuals(new_residuals)
-    # CUSUM verdicts this tick -> quadrants -> beliefs.
-    diverged = {k for k in touched if detectors[k].diverged}
 
-    def status(stratum: Stratum, node: str) -> bool | None:
-        """Diverged (True), matching (False), or undecided (None) this tick.
-
-        A detector matches only after ``decide_after`` quiet samples since its last reset: one
-        large residual is not yet evidence either way (it may be an isolated deviation).
-        """
-        key = (stratum.key, _var(node))
-        if key not in touched:
-            return None
-        if key in diverged:
-            return True
-        return False if detectors[key].state.n >= cfg.planner.decide_after else None
-
-    def quadrant(
-        stratum: Stratum, mediators: Iterable[str], outcomes: Iterable[str]
-    ) -> Quadrant | None:
-        med = [status(stratum, v) for v in mediators]
-        out = [status(stratum, y) for y in outcomes]
-        if None in med or None in out or not med or not out:
-            return None
-        return classify(any(med), any(out))
+def update(
+    state: PlannerState, comparison: Comparison, *, dag: CausalDag, cfg: KoiConfig
+) -> tuple[PlannerState, LearnReport]:
+    """S3: CUSUM verdicts → quadrants → Beta beliefs (edges and mechanisms); corrections and
+    residual histories, with what a divergence made stale dropped; ε."""
+    c = comparison
+    detectors = dict(c.detectors)
+    residuals = state.residuals.add_residuals(c.residuals)
+    diverged = frozenset(k for k in c.touched if detectors[k].diverged)
+    rule = QuadrantRule(detectors, c.touched, diverged, cfg.planner.decide_after)
 
     evidence_updates: list[tuple[tuple[EdgeKey, Stratum], tuple[float, float]]] = []
     quadrant_counts: dict[str, int] = defaultdict(int)
@@ -261,9 +237,10 @@ def learn(
         return {e: verdict_cache[e] for e in edges}
 
     graph = cfg.planner.causal_graph
-    for stratum, _ctx, rank in evaluated if graph else ():
+    evaluated = c.evaluated if graph else ()
+    for stratum, _ctx, rank in evaluated:
         for v_node, edges, outcomes in _mediator_stars(dag, rank):
-            q = quadrant(stratum, (v_node,), outcomes)
+            q = rule.quadrant(stratum, (v_node,), outcomes)
             if q is None:
                 continue
             quadrant_counts[q.value] += 1
@@ -275,10 +252,10 @@ def learn(
     mechanisms = list(state.mechanisms)
     mechanism_strata = {k: tuple(v) for k, v in state.mechanism_strata.items()}
     for idx, m in enumerate(mechanisms):
-        for stratum, ctx, _rank in evaluated if graph else ():
+        for stratum, ctx, _rank in evaluated:
             if not m.applies_to(ctx):
                 continue
-            q = quadrant(stratum, m.mediators, m.outcomes)
+            q = rule.quadrant(stratum, m.mediators, m.outcomes)
             if q is None:
                 continue
             quadrant_counts[q.value] += 1
@@ -294,7 +271,7 @@ def learn(
                 mechanism_strata[m.id] = (*seen, stratum.key)
 
     # Divergence means the world changed: drop stale corrections and restart the detectors.
-    corrections: CorrectionStore = state.corrections.record(samples, cfg.corrections)
+    corrections: CorrectionStore = state.corrections.record(c.samples, cfg.corrections)
     stale: set[tuple[str, str]] = set()
     for skey, variable in diverged:
         stale.add((skey, variable))
@@ -309,6 +286,7 @@ def learn(
 
     decided = sum(quadrant_counts.values())
     q1_rate = quadrant_counts.get(Quadrant.Q1.value, 0) / decided if decided else None
+    covered = list(c.covered)
     epsilon = state.epsilon.update(covered, cfg.risk) if covered else state.epsilon
     new_state = attrs.evolve(
         state,
@@ -316,21 +294,21 @@ def learn(
         mechanisms=tuple(mechanisms),
         mechanism_strata=mechanism_strata,
         detectors=detectors,
-        signatures=signatures,
+        signatures=c.signatures,
         residuals=residuals,
         corrections=corrections,
         epsilon=epsilon,
-        z_star=z_star,
+        z_star=c.z_star,
     )
     report = LearnReport(
-        compared=compared,
-        skipped=tuple(skipped),
+        compared=c.compared,
+        skipped=c.skipped,
         divergences=tuple(f"{s}:{v}" for s, v in sorted(diverged)),
         quadrants=dict(quadrant_counts),
         q1_rate=q1_rate,
         coverage=sum(covered) / len(covered) if covered else None,
         diverged=tuple(sorted(diverged)),
-        examples={s.key: rank for s, _ctx, rank in evaluated},
+        examples={s.key: rank for s, _ctx, rank in c.evaluated},
     )
     return new_state, report
 
@@ -357,24 +335,6 @@ def _predict_observed(
     if not pred.feasible:
         return {}
     return {rp.rank.chain: rp for rp in pred.ranks}
-
-
-def _signature(c: RankCorrection) -> tuple[float, ...]:
-    """The correction in force, as the comparable tuple the state remembers per stratum."""
-    return (c.outcome(Outcome.TTFT), c.decode_time, *(c.mediator(m) for m in Mediator))
-
-
-_MEDIATOR_INDEX = {m.value: 2 + k for k, m in enumerate(Mediator)}
-
-
-def _moved(a: Sequence[float], b: Sequence[float], variable: str, threshold: float) -> bool:
-    """Did a correction that ``variable``'s prediction depends on move by more than
-    ``threshold`` (relative)?  Every variable depends on the decode-step and TTFT factors
-    (index 0 and 1); a mediator also on its own factor."""
-    index = [0, 1]
-    if variable in _MEDIATOR_INDEX:
-        index.append(_MEDIATOR_INDEX[variable])
-    return any(abs(math.log(b[i] / a[i])) > threshold for i in index)
 
 
 def _pairs(o: Observation, rp: RankPrediction) -> list[tuple[str, float, float]]:
@@ -411,24 +371,6 @@ def _covered(
         b = band(yhat, state.residuals.get(stratum, oc.value), state.epsilon.eps, cfg=cfg.risk)
         out.append(b.contains(y))
     return out
-
-
-def _correction_samples(
-    skey: str, o: Observation, rp: RankPrediction, in_force: RankCorrection
-) -> list[tuple[str, str, float, float, float]]:
-    """Implied correction samples from one observation (see :mod:`._corrections`)."""
-    samples = [
-        (skey, DECODE_TIME, in_force.decode_time, o.outcomes.p99_tpot_ms, rp.outcomes.p99_tpot_ms)
-    ]
-    # p99 TTFT mixes prefill with queueing behind decode steps, so no single step-time factor
-    # explains it; it gets a direct outcome factor (the prediction scales with it exactly).
-    ttft = (o.outcomes.p99_ttft_ms, rp.outcomes.p99_ttft_ms)
-    samples.append((skey, Outcome.TTFT.value, in_force.outcome(Outcome.TTFT), *ttft))
-    for m in Mediator:
-        samples.append(
-            (skey, m.value, in_force.mediator(m), o.mediators.get(m), rp.mediators.get(m))
-        )
-    return samples
 
 
 def _job_outcomes(obs: Sequence[Observation]) -> Outcomes | None:

@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
-from koi.types import ActionKind, Ladder, Outcomes, Plan
+from koi.types import ActionKind, Ladder, Outcomes, Plan, Rank
 from koi.types.validators import to_tuple
 
-__all__ = ["CandidateReport", "TickResult"]
+__all__ = ["CandidateReport", "LearnReport", "TickResult"]
+
+
+@attrs.frozen
+class LearnReport:
+    """What S2/S3 learned this tick.
+
+    ``compared`` observations were paired with their predictions (``skipped`` says why the
+    others were not); ``divergences`` name the (stratum, variable) CUSUM detectors that fired,
+    ``quadrants`` count the verdicts per quadrant and ``q1_rate`` is the Q1 share (``None``
+    when nothing was decided); ``coverage`` is the share of observed outcomes inside their
+    risk band.  ``diverged`` / ``examples`` feed the mechanism miner.  ``mean_uncertainty``
+    and ``mechanisms`` describe the evidence the plan was made with.
+    """
+
+    compared: int = 0
+    skipped: tuple[str, ...] = ()
+    divergences: tuple[str, ...] = ()
+    quadrants: Mapping[str, int] = attrs.field(factory=dict)
+    q1_rate: float | None = None
+    coverage: float | None = None
+    diverged: tuple[tuple[str, str], ...] = ()
+    examples: Mapping[str, Rank] = attrs.field(factory=dict)
+    mean_uncertainty: float | None = None
+    mechanisms: int = 0
 
 
 @attrs.frozen
@@ -42,7 +65,7 @@ class TickResult:
     """The committed plan of one tick, with candidates, solver status, knobs and timings.
 
     ``fallback`` is set (with ``errors``) when a stage failed and the plan is the safe one:
-    keep every active job, defer every pending one.
+    keep every active job, defer every pending one.  ``learning`` is what S2/S3 learned.
     """
 
     plan: Plan
@@ -55,7 +78,7 @@ class TickResult:
     timings_s: Mapping[str, float] = attrs.field(factory=dict)
     errors: tuple[str, ...] = attrs.field(default=(), converter=to_tuple)
     fallback: bool = False
-    evidence: Mapping[str, Any] = attrs.field(factory=dict)
+    learning: LearnReport = attrs.field(factory=lambda: LearnReport())
 
     def candidates_for(self, job_id: str) -> tuple[CandidateReport, ...]:
         """This job's candidates, best value first."""

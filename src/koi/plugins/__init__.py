@@ -15,16 +15,17 @@ entry points nor reads the environment.  See ``docs/plugins.md`` for a worked ex
 
 from __future__ import annotations
 
+from koi.candidates import ProposalContext
 from koi.plugins import hookspecs
 from koi.plugins._checks import ladder_key, ladder_problems
 from koi.plugins._context import (
     LaunchBatch,
     MechanismBatch,
     ProposalBatch,
-    ProposalContext,
     Rejection,
     TelemetryBatch,
 )
+from koi.plugins._default_proposer import DEFAULT_PROPOSER, DefaultProposer
 from koi.plugins._host import PluginHost
 from koi.plugins._llm import LlmProposer
 from koi.plugins._llm_config import LlmConfig
@@ -32,7 +33,9 @@ from koi.plugins._manager import make_plugin_manager, plugin_name
 from koi.plugins._markers import PROJECT, hookimpl, hookspec
 
 __all__ = [
+    "DEFAULT_PROPOSER",
     "PROJECT",
+    "DefaultProposer",
     "LaunchBatch",
     "LlmConfig",
     "LlmProposer",

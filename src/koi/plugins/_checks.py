@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from koi.plugins._context import ProposalContext
+from koi.candidates import ProposalContext
 from koi.types import Job, Ladder, to_data
 
 __all__ = ["ladder_key", "ladder_problems"]

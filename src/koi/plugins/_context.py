@@ -1,4 +1,4 @@
-"""What proposers are given, and the typed batches the facade hands back to the planner."""
+"""The typed batches the plugin facade hands back to the planner."""
 
 from __future__ import annotations
 
@@ -7,15 +7,14 @@ from typing import Any
 
 import attrs
 
+from koi.dag import MechanismProposal
 from koi.errors import InvalidInput, PluginError
-from koi.types import ClusterSnapshot, GpuSpec, Ladder, LaunchResult, ModelSpec, Observation
-from koi.types.validators import non_negative_int, not_nan, positive_int
+from koi.types import Ladder, LaunchResult, Observation
 
 __all__ = [
     "LaunchBatch",
     "MechanismBatch",
     "ProposalBatch",
-    "ProposalContext",
     "Rejection",
     "TelemetryBatch",
 ]
@@ -32,35 +31,6 @@ def _any_tuple(value: Iterable[Any]) -> tuple[Any, ...]:
 
 def _str_tuple(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
-
-
-@attrs.frozen
-class ProposalContext:
-    """Everything a ladder proposer may use for one job in one S4↔S5 round.
-
-    ``budget`` is the job's :class:`koi.selector.BudgetBook` (or ``None``), ``dag`` the
-    backward-query :class:`koi.dag.DagView` (or ``None``) and ``mechanisms`` the admitted
-    mechanisms matching the job's stratum.  ``at_risk`` names the outcomes (``"y:p99_tpot_ms"``)
-    the planner predicts the job's incumbent to be past or near its bound on; the backward
-    query starts from them.  ``feedback`` carries diagnostics on the previous
-    round's candidates (why they were invalid or did not improve).  ``deadline_s`` is a
-    :func:`time.monotonic` instant: a proposer must return before it.
-
-    .. versionadded:: 0.1
-    """
-
-    snapshot: ClusterSnapshot
-    gpus: Mapping[str, GpuSpec] = attrs.field(converter=_mapping, hash=False)
-    models: Mapping[str, ModelSpec] = attrs.field(converter=_mapping, hash=False)
-    deadline_s: float = attrs.field(validator=not_nan)
-    budget: Any = attrs.field(default=None, hash=False)
-    dag: Any = attrs.field(default=None, hash=False)
-    mechanisms: tuple[Any, ...] = attrs.field(default=(), converter=_any_tuple, hash=False)
-    incumbent: Ladder | None = None
-    feedback: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
-    round: int = attrs.field(default=0, validator=non_negative_int)
-    max_candidates: int = attrs.field(default=8, validator=positive_int)
-    at_risk: tuple[str, ...] = attrs.field(default=(), converter=_str_tuple)
 
 
 @attrs.frozen
@@ -137,6 +107,6 @@ class MechanismBatch:
     .. versionadded:: 0.1
     """
 
-    proposals: tuple[Any, ...] = attrs.field(default=(), hash=False)
+    proposals: tuple[MechanismProposal, ...] = attrs.field(default=(), hash=False)
     sources: tuple[str, ...] = ()
     errors: tuple[PluginError, ...] = attrs.field(default=(), eq=False)

@@ -7,7 +7,6 @@ keys (plugin names, canonical value keys), never by registration order.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import time
@@ -20,16 +19,18 @@ from typing import Any
 import attrs
 import pluggy
 
+from koi.candidates import ProposalContext
+from koi.dag import DagView, MechanismProposal
 from koi.errors import InvalidInput, KoiWarning, PluginError
 from koi.plugins._checks import ladder_key, ladder_problems
 from koi.plugins._context import (
     LaunchBatch,
     MechanismBatch,
     ProposalBatch,
-    ProposalContext,
     Rejection,
     TelemetryBatch,
 )
+from koi.selector import BudgetBook
 from koi.types import (
     Chain,
     ClusterSnapshot,
@@ -69,15 +70,6 @@ def _items(impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> list[Any]:
     except Exception as exc:  # same policy as a raise inside the call
         msg = f"{hook} raised {type(exc).__name__}: {exc}"
         raise PluginError(impl.plugin_name, msg) from exc
-
-
-def _optional_type(module: str, name: str) -> type | None:
-    """A core type that is looked up lazily, so the facade works before that package exists."""
-    try:
-        found = getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-    return found if isinstance(found, type) else None
 
 
 def _chain_key(chain: Chain) -> str:
@@ -267,10 +259,9 @@ class PluginHost:
             rejections=tuple(rejections),
         )
 
-    def propose_mechanisms(self, view: Any) -> MechanismBatch:
+    def propose_mechanisms(self, view: DagView) -> MechanismBatch:
         """Mechanism proposals from every plugin, in plugin-name order."""
-        kind = _optional_type("koi.dag", "MechanismProposal")
-        proposals: list[Any] = []
+        proposals: list[MechanismProposal] = []
         sources: list[str] = []
         errors: list[PluginError] = []
         for impl in self._impls("koi_propose_mechanisms"):
@@ -279,7 +270,7 @@ class PluginHost:
             except PluginError as exc:
                 errors.append(exc)
                 continue
-            bad = [type(i).__name__ for i in items if kind is not None and not isinstance(i, kind)]
+            bad = [type(i).__name__ for i in items if not isinstance(i, MechanismProposal)]
             if bad:
                 msg = f"koi_propose_mechanisms must return MechanismProposal values, got {bad[0]}"
                 errors.append(PluginError(impl.plugin_name, msg))
@@ -288,7 +279,7 @@ class PluginHost:
             sources.extend([impl.plugin_name] * len(items))
         return MechanismBatch(tuple(proposals), tuple(sources), tuple(errors))
 
-    def budget_books(self, snapshot: ClusterSnapshot) -> Mapping[str, Any] | None:
+    def budget_books(self, snapshot: ClusterSnapshot) -> Mapping[str, BudgetBook] | None:
         """The first plugin's budget books (job id -> book), or ``None`` to use the default.
 
         Raises
@@ -296,7 +287,6 @@ class PluginHost:
         PluginError
             The answering plugin raised, named unknown jobs or returned other types.
         """
-        kind = _optional_type("koi.selector", "BudgetBook")
         job_ids = {j.id for j in snapshot.jobs}
         for impl in self._impls("koi_budget_books", first_result=True):
             result = _call(impl, "koi_budget_books", {"snapshot": snapshot})
@@ -309,7 +299,7 @@ class PluginHost:
             for job_id, book in result.items():
                 if job_id not in job_ids:
                     raise PluginError(name, f"koi_budget_books: unknown job {job_id!r}")
-                if kind is not None and not isinstance(book, kind):
+                if not isinstance(book, BudgetBook):
                     msg = f"koi_budget_books[{job_id!r}]: expected a BudgetBook"
                     raise PluginError(name, f"{msg}, got {type(book).__name__}")
             return types.MappingProxyType(dict(sorted(result.items())))

@@ -15,8 +15,9 @@ from typing import Any
 
 import attrs
 
+from koi.candidates import ProposalContext
 from koi.errors import InvalidInput, KoiError, PluginError
-from koi.plugins._context import ProposalContext, Rejection
+from koi.plugins._context import Rejection
 from koi.plugins._llm_config import LlmConfig
 from koi.plugins._llm_http import TransportError, post_json
 from koi.plugins._llm_prompt import build_messages

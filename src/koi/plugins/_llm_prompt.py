@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
 from typing import Any
 
 import attrs
 
-from koi.plugins._context import ProposalContext
+from koi.candidates import ProposalContext, free_gpus
+from koi.dag import node_name
 from koi.plugins._llm_config import LlmConfig
 from koi.plugins._llm_schema import dumps, reply_schema
 from koi.types import Job, to_data
@@ -48,10 +48,7 @@ def _describe(value: Any, limit: int) -> Any:
 
 
 def _pools(context: ProposalContext) -> list[dict[str, Any]]:
-    used: Counter[str] = Counter()
-    for active in context.snapshot.active:
-        for pool_id, gpus in active.ladder.gpus_by_pool().items():
-            used[pool_id] += gpus
+    free = free_gpus(context.snapshot)
     out = []
     for pool in sorted(context.snapshot.pools, key=lambda p: p.id):
         env = pool.environment
@@ -65,7 +62,7 @@ def _pools(context: ProposalContext) -> list[dict[str, Any]]:
                 "price_usd_per_gpu_h": round(env.price_usd_per_gpu_h, 4),
                 "preemption_per_h": env.preemption_per_h,
                 "capacity_gpus": pool.capacity_gpus,
-                "free_gpus": max(pool.capacity_gpus - used[pool.id], 0),
+                "free_gpus": max(free[pool.id], 0),
             }
         )
     return out
@@ -89,7 +86,7 @@ def build_messages(
         "pools": _pools(context),
         "gpus": _gpus(context),
         "incumbent": to_data(context.incumbent) if context.incumbent is not None else None,
-        "at_risk": list(context.at_risk),
+        "at_risk": [node_name(o) for o in context.at_risk],
         "budget": _describe(context.budget, limit),
         "dag_view": _describe(context.dag, limit),
         "mechanisms": [_describe(m, limit) for m in context.mechanisms],

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 from koi.plugins._markers import hookspec
 
 if TYPE_CHECKING:
-    from koi.plugins._context import ProposalContext, Rejection
+    from koi.candidates import ProposalContext
+    from koi.plugins._context import Rejection
     from koi.types import ClusterSnapshot, Job, Ladder, LaunchResult, Observation, Plan, Rank
 
 __all__ = [

@@ -9,9 +9,9 @@ exploration items are hashable keys with an uncertainty in [0, 1].
 from __future__ import annotations
 
 from koi.scoring._config import ScoringConfig
-from koi.scoring._explore import exploration_value
-from koi.scoring._plan import JobTerms, candidate_value, plan_score
-from koi.scoring._switch import SwitchCost, switching_cost
+from koi.scoring._explore import exploration_value, exploration_weights
+from koi.scoring._plan import JobTerms, candidate_value, job_terms, plan_score
+from koi.scoring._switch import SwitchCost, in_flight_requests, switching_cost
 from koi.scoring._tchebycheff import Normalizer, deferral_score, gaps, ideal_point, tchebycheff
 
 __all__ = [
@@ -22,8 +22,11 @@ __all__ = [
     "candidate_value",
     "deferral_score",
     "exploration_value",
+    "exploration_weights",
     "gaps",
     "ideal_point",
+    "in_flight_requests",
+    "job_terms",
     "plan_score",
     "switching_cost",
     "tchebycheff",

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Collection, Hashable, Iterable, Mapping
 
 from koi.errors import InvalidInput
 
-__all__ = ["exploration_value"]
+__all__ = ["exploration_value", "exploration_weights"]
 
 
 def _sum_once(items: Iterable[Hashable], uncertainty: Mapping[Hashable, float], what: str) -> float:
@@ -48,3 +48,23 @@ def exploration_value(
     edges = _sum_once(covered, uncertainty, "uncertainty")
     mechs = _sum_once(mechanisms_covered, mechanism_uncertainty or {}, "mechanism_uncertainty")
     return edges + omega_m * mechs
+
+
+def exploration_weights(
+    uncertainty: Mapping[Hashable, float],
+    *,
+    mechanisms: Collection[Hashable] = frozenset(),
+    beta: float,
+    omega_m: float,
+) -> dict[Hashable, float]:
+    r"""``β·Expl(P)`` as weights per item, the form the joint selector linearizes it in:
+    ``w_e = β U_e`` for an (edge, stratum) item, ``w_m = β ω_m U_m`` for an item in
+    ``mechanisms``; items with nothing left to learn carry no weight.  Summed over the distinct
+    items a plan covers, the weights are ``β·``:func:`exploration_value` of the plan.  The
+    items keep the order of ``uncertainty``."""
+    out: dict[Hashable, float] = {}
+    for item, u in uncertainty.items():
+        w = omega_m * u if item in mechanisms else u
+        if w > 0:
+            out[item] = beta * w
+    return out

@@ -9,9 +9,12 @@ import attrs
 from koi.errors import InvalidInput
 from koi.scoring._config import ScoringConfig
 from koi.scoring._explore import exploration_value
+from koi.scoring._switch import SwitchCost
+from koi.scoring._tchebycheff import Normalizer, tchebycheff
+from koi.types import Job, Outcome, Outcomes
 from koi.types.validators import finite, fraction, non_negative
 
-__all__ = ["JobTerms", "candidate_value", "plan_score"]
+__all__ = ["JobTerms", "candidate_value", "job_terms", "plan_score"]
 
 _DEFAULT = ScoringConfig()
 
@@ -23,6 +26,27 @@ class JobTerms:
     j: float = attrs.field(validator=finite)
     breach_probability: float = attrs.field(default=0.0, validator=fraction)
     switch_score: float = attrs.field(default=0.0, validator=non_negative)
+
+    def value(self, cfg: ScoringConfig = _DEFAULT, lam: float | None = None) -> float:
+        """This job's term of ``Φ``: :func:`candidate_value` of these terms."""
+        return candidate_value(self.j, self.breach_probability, self.switch_score, cfg=cfg, lam=lam)
+
+
+def job_terms(
+    job: Job,
+    outcomes: Outcomes,
+    *,
+    scales: Normalizer,
+    z_star: Mapping[Outcome, float],
+    breach_probability: float = 0.0,
+    switch: SwitchCost | None = None,
+    cfg: ScoringConfig = _DEFAULT,
+) -> JobTerms:
+    """A candidate's terms: ``J_i`` of its predicted ``outcomes`` (augmented Tchebycheff
+    against ``z_star`` with ``scales``), its breach probability, and its switching cost in
+    score units (none for the keep ladder or a new placement)."""
+    j = tchebycheff(job, outcomes, z_star=z_star, scales=scales, rho=cfg.rho, cfg=cfg)
+    return JobTerms(j, breach_probability, switch.score(cfg) if switch is not None else 0.0)
 
 
 def candidate_value(

@@ -9,9 +9,10 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.scoring._config import ScoringConfig
-from koi.types import Chain, Ladder, ModelSpec
+from koi.surrogate import Prediction
+from koi.types import Chain, Job, Ladder, ModelSpec
 
-__all__ = ["SwitchCost", "switching_cost"]
+__all__ = ["SwitchCost", "in_flight_requests", "switching_cost"]
 
 _DEFAULT = ScoringConfig()
 _S_PER_H = 3600.0
@@ -33,6 +34,19 @@ class SwitchCost:
     def score(self, cfg: ScoringConfig = _DEFAULT) -> float:
         """``Switch_i`` in score units: dollars divided by ``cfg.usd_per_score_unit``."""
         return self.total_usd / cfg.usd_per_score_unit
+
+
+def in_flight_requests(job: Job, prediction: Prediction) -> float:
+    """Requests in flight on a job's current deployment, which a kill would lose: Little's law
+    on the prediction for an online job, the predicted running batches for a batch job."""
+    if not prediction.feasible:
+        return 0.0
+    if job.is_online:
+        rate = job.workload.rate_rps or 0.0
+        o = prediction.outcomes
+        latency_s = (o.p99_ttft_ms + job.workload.output_len.mean * o.p99_tpot_ms) / 1000.0
+        return rate * latency_s if math.isfinite(latency_s) else 0.0
+    return sum(rp.mediators.mean_batch_size * rp.rank.replicas for rp in prediction.ranks)
 
 
 def _replicas(ladder: Ladder) -> Counter[Chain]:

@@ -20,6 +20,9 @@ __all__ = ["greedy", "select"]
 _DEFAULT = SelectorConfig()
 _INTEGRAL_TOL = 1e-6
 _MIN_SOLVE_S = 0.05
+# The LP-fixed sub-MILP is solved to a quarter of the gap: its plan must leave the full MILP
+# room to prove the overall gap from the LP bound without another solve.
+_LP_FIX_GAP_SHARE = 0.25
 
 
 def _select_iv(
@@ -247,7 +250,7 @@ def _lp_fixed(
     res = solve_milp(
         milp,
         time_limit_s=_time_left(cfg, t0, share=cfg.lp_fix_time_share),
-        mip_rel_gap=cfg.mip_rel_gap / 4,
+        mip_rel_gap=cfg.mip_rel_gap * _LP_FIX_GAP_SHARE,
         col_lo=lo,
         col_hi=hi,
     )

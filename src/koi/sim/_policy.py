@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from koi.candidates import free_gpus
 from koi.sim._capacity import replica_capacity
 from koi.types import (
     ActionKind,
@@ -65,15 +66,6 @@ class DeferAll:
             for j in snapshot.jobs
         ]
         return Plan(snapshot.time_s, actions)
-
-
-def free_gpus(snapshot: ClusterSnapshot) -> dict[str, int]:
-    """GPUs not held by any active ladder, per pool id (chains pack onto instances)."""
-    free = {p.id: p.capacity_gpus for p in snapshot.pools}
-    for ladder in snapshot.current_ladders.values():
-        for pool_id, gpus in ladder.gpus_by_pool().items():
-            free[pool_id] = free.get(pool_id, 0) - gpus
-    return free
 
 
 @attrs.frozen

@@ -2,6 +2,10 @@
 
 The file format is documented in ``docs/scenarios.md``; built-in scenarios live in
 ``koi/sim/scenarios/*.toml`` and are found with :func:`scenario_names`.
+
+Longer than most modules because the format is one concept: each section's value type, its
+validation with the file path and key in every error, and the conversion to koi types stay
+together, so a reader of the format finds all of it here.
 """
 
 from __future__ import annotations

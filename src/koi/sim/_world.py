@@ -3,6 +3,9 @@
 A :class:`World` holds the pools, the jobs, their deployments and the hidden truth.  Each tick
 the runner asks it for a snapshot, hands the policy's plan to :meth:`World.apply` (the safety
 checks every policy gets), and calls :meth:`World.serve` to simulate the window that follows.
+
+Longer than most modules: the safety checks, deployments, preemptions and events all mutate
+the same world state, and keeping their order in one place is what makes a run reproducible.
 """
 
 from __future__ import annotations

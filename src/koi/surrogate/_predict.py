@@ -1,4 +1,9 @@
-"""The surrogate's public API: predict a job's ladder (paper §2.3, DESIGN §9.4)."""
+"""The surrogate's public API: predict a job's ladder (paper §2.3, DESIGN §9.4).
+
+Longer than most modules: the :class:`Surrogate` facade owns its caches (screens, replays,
+feasibility) and the traffic split over a ladder's ranks, and splitting those would spread one
+cache policy over several files.
+"""
 
 from __future__ import annotations
 

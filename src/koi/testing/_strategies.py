@@ -3,6 +3,9 @@
 House style (as Hypothesis' own): plural names, keyword-only bounds, arguments that take
 strategies rather than values, and impossible bounds rejected with
 :class:`~koi.errors.InvalidInput` when the strategy is first used, never a silent ``nothing()``.
+
+Longer than most modules: one strategy per public value type, which users import from one
+place; each is short.
 """
 
 from __future__ import annotations

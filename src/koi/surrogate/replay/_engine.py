@@ -1,4 +1,8 @@
-"""The replay engine: requests routed over replicas that batch continuously."""
+"""The replay engine: requests routed over replicas that batch continuously.
+
+Longer than most modules: the event loop, routing and window accounting share the engine's
+state on the hot path; splitting them would cost attribute lookups in the innermost loop.
+"""
 
 from __future__ import annotations
 
@@ -20,7 +24,16 @@ __all__ = ["ReplayEngine", "run_closed_loop"]
 
 
 class _Acc:
-    """Accumulators of the open window."""
+    """Accumulators of the open window.
+
+    Time integrals over replica-seconds: ``busy`` (a block in flight), ``batch`` (running
+    sequences), ``kv`` (KV fill fraction), ``prefill`` (prefill iterations), ``q_area`` (queue
+    length); step time split into ``compute``, ``memory``, ``comm``, ``bubble`` (pipeline) and
+    ``overhead``.  Counts: decode ``tokens``, ``preemptions``, ``rejected`` (could never fit),
+    ``requeued`` (held back when replicas went away), ``arrivals``.  Per finished request:
+    ``ttft`` and the ``f_*`` columns — id, arrival, first-token and end time, input and output
+    tokens.
+    """
 
     __slots__ = (
         "arrivals",

@@ -107,7 +107,25 @@ Model = CachedStepModel | UncachedStepModel
 
 
 class _Replica:
-    """Scheduler state of one replica (see the module docstring)."""
+    """Scheduler state of one replica (see the module docstring).
+
+    Field legend (short names: this is the replay's innermost loop):
+
+    * limits — ``spec``; ``m`` the step-time model; ``cap`` KV capacity in tokens, ``adm_cap``
+      what admissions may fill (the watermark kept free); ``maxb`` the batch cap, ``budget``
+      tokens per iteration; ``mixed`` decode-first mixed batches (else prefill-first).
+    * queues — ``waiting`` (arrived, not admitted; preempted ones go back to its head),
+      ``running`` (admitted, in admission order), ``prefilling`` (admitted, prompt not done),
+      ``heap`` (decoders keyed by the iteration they finish at).
+    * KV and decode accounting — ``it`` the iteration counter, ``n_dec`` decoding sequences,
+      ``s_dec`` the sum of their offsets (their KV tokens are ``s_dec + n_dec * it``),
+      ``used_pre`` KV tokens held by prefilling sequences.
+    * the planned block (``p_*``) — ``p_on`` a block is in flight; ``p_s`` / ``p_e`` its start
+      and end time; ``p_dt`` its step time and ``p_st`` the step's time breakdown; ``p_k`` its
+      iterations; ``p_n`` its decoding sequences and ``p_run`` its running ones; ``p_kv`` the
+      KV tokens it holds on average; ``p_pref`` it carries prefill; ``p_acc`` / ``p_kacc``
+      how far (time, iterations) the engine has already accounted it.
+    """
 
     __slots__ = (
         "adm_cap",

@@ -12,12 +12,11 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
-from _specs import gpus, models
-
 from koi.surrogate import SurrogateConfig, predict_serving
 from koi.types import Config
+from tests._support.specs import gpus, models
 
-DATA = Path(__file__).parent / "data" / "measurements.csv"
+DATA = Path(__file__).resolve().parent.parent / "surrogate" / "data" / "measurements.csv"
 METRICS = ("ttft_ms", "tpot_ms", "throughput_tok_s")
 
 

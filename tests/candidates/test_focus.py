@@ -1,4 +1,4 @@
-"""The default proposer's focus: the DAG backward query and the matching mechanisms are live."""
+"""The candidate generator's focus: the DAG backward query and the matching mechanisms are live."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from koi.beliefs import Beta
+from koi.candidates import ProposalContext, at_risk_outcomes, changed_decisions
 from koi.dag import (
     CausalDag,
     Decision,
@@ -17,13 +18,7 @@ from koi.dag import (
     default_dag,
     mechanism_id,
 )
-from koi.plugins import ProposalContext
-from koi.plugins._default_proposer import (
-    DefaultProposer,
-    at_risk_outcomes,
-    backward_decisions,
-    changed_decisions,
-)
+from koi.plugins import DefaultProposer
 from koi.surrogate import Surrogate
 from koi.testing.fakes import example_gpus, example_models, example_snapshot
 from koi.types import ClusterSnapshot, Job, Ladder, Outcome, Outcomes
@@ -88,21 +83,21 @@ def mechanism(scope: str, belief: Beta) -> Mechanism:
 
 # ---- the backward query ---------------------------------------------------------------------
 def test_backward_decisions_follow_the_view_and_its_confidences() -> None:
-    tpot = dict(backward_decisions(NARROW.view(), [Outcome.TPOT], 0.05))
+    tpot = dict(NARROW.view().decisions_for([Outcome.TPOT], 0.05))
     assert set(tpot) == {Decision.QUANT, Decision.MAX_BATCH_SIZE}
     assert tpot[Decision.QUANT] == pytest.approx(0.25)  # untested edges: 0.5 x 0.5
-    assert set(dict(backward_decisions(NARROW.view(), [Outcome.TTFT], 0.05))) == {Decision.GPU_TYPE}
+    assert set(dict(NARROW.view().decisions_for([Outcome.TTFT], 0.05))) == {Decision.GPU_TYPE}
 
     # Evidence against the quant edge drops its route below the threshold.
     def doubted(edge: EdgeKey) -> float:
         return 0.05 if edge[0] == "x:quant" else 0.9
 
-    routes = backward_decisions(NARROW.view(confidence=doubted), [Outcome.TPOT], 0.05)
+    routes = NARROW.view(confidence=doubted).decisions_for([Outcome.TPOT], 0.05)
     assert [d for d, _ in routes] == [Decision.MAX_BATCH_SIZE]
     # Routing moves TTFT through the queue in the registered graph, not TPOT.
     full = default_dag().view()
-    assert Decision.ROUTING in dict(backward_decisions(full, [Outcome.TTFT], 0.05))
-    assert Decision.ROUTING not in dict(backward_decisions(full, [Outcome.TPOT], 0.05))
+    assert Decision.ROUTING in dict(full.decisions_for([Outcome.TTFT], 0.05))
+    assert Decision.ROUTING not in dict(full.decisions_for([Outcome.TPOT], 0.05))
 
 
 def test_at_risk_outcomes_are_the_bounds_within_the_margin(chat: Job) -> None:

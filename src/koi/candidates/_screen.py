@@ -1,0 +1,192 @@
+"""Screening: every useful (GPU type, config) for a job, sized and predicted by the closed form.
+
+Performance depends on the GPU type and config, not on which pool sells the GPU, so each
+(instance shape, config) is screened once and then priced per pool.  Both the screen and the
+sizing are memoized: the planner asks for the same job several times per tick (budget books,
+cost reference, proposals) and across ticks.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+import attrs
+
+from koi.candidates._config import ProposerConfig
+from koi.candidates._sizing import replicas_for
+from koi.surrogate import Prediction, Surrogate
+from koi.types import Chain, Config, Environment, GpuSpec, Job, Ladder, Outcomes, Quant, Rank
+
+__all__ = ["Option", "Screener", "SizedOption", "meets_target"]
+
+
+@attrs.frozen
+class Option:
+    """One screened (instance shape, config) with its per-replica capacity."""
+
+    shape: Environment
+    config: Config
+    capacity_tok_s: float
+
+    @property
+    def gpu(self) -> str:
+        return self.shape.gpu
+
+
+@attrs.frozen
+class SizedOption:
+    """A screened option sized for a job: replicas and the screen at that size."""
+
+    option: Option
+    replicas: int
+    prediction: Prediction
+    meets_target: bool
+
+
+def meets_target(job: Job, outcomes: Outcomes) -> bool:
+    """Latency bounds for online jobs, a non-negative deadline margin for batch jobs."""
+    t = job.target
+    if not job.is_online:
+        return outcomes.slo_margin >= 0
+    return outcomes.p99_ttft_ms <= (t.p99_ttft_ms or math.inf) and outcomes.p99_tpot_ms <= (
+        t.p99_tpot_ms or math.inf
+    )
+
+
+class Screener:
+    """Screens and sizes configurations for jobs with one surrogate; keeps the memos."""
+
+    def __init__(self, surrogate: Surrogate, cfg: ProposerConfig | None = None) -> None:
+        self.surrogate = surrogate
+        self.cfg = cfg or ProposerConfig()
+        self._screens: dict[object, list[Option]] = {}
+        self._sized: dict[object, list[SizedOption]] = {}
+
+    def sized_options(
+        self,
+        job: Job,
+        envs: Sequence[Environment],
+        gpus: Mapping[str, GpuSpec],
+        *,
+        now_s: float,
+        deadline_s: float = math.inf,
+        headroom: float = 1.0,
+    ) -> list[SizedOption]:
+        """Every useful (GPU type, config), sized for ``job`` and screened at that size, on the
+        largest instance shape of each GPU type in ``envs``; what was sized so far when the
+        monotonic ``deadline_s`` passes.
+
+        Memoized per (job, instance shape, time for batch jobs, headroom).
+        """
+        out: list[SizedOption] = []
+        for _, shape in sorted(largest_shapes(envs).items()):
+            sized = self._sized_shape(job, shape, gpus, now_s, deadline_s, headroom)
+            if sized is None:
+                break  # out of time: what was sized so far
+            out.extend(sized)
+        return out
+
+    def _sized_shape(
+        self,
+        job: Job,
+        shape: Environment,
+        gpus: Mapping[str, GpuSpec],
+        now_s: float,
+        deadline_s: float,
+        headroom: float,
+    ) -> list[SizedOption] | None:
+        key = (job, shape, None if job.is_online else now_s, headroom)
+        hit = self._sized.get(key)
+        if hit is not None:
+            return hit
+        options = self._screen_shape(job, shape, gpus[shape.gpu], deadline_s)
+        if options is None:
+            return None
+        out: list[SizedOption] = []
+        for opt in options:
+            if time.monotonic() > deadline_s:
+                return None  # incomplete: not cached
+            replicas = replicas_for(
+                job, opt.capacity_tok_s, now_s=now_s, headroom=headroom, cfg=self.cfg
+            )
+            sized = Ladder((Rank(Chain(job.model, opt.shape, opt.config), replicas),))
+            pred = self.surrogate.screen(job, sized, now_s=now_s)
+            if pred.feasible:
+                out.append(SizedOption(opt, replicas, pred, meets_target(job, pred.outcomes)))
+        if len(self._sized) >= self.cfg.memo_size:
+            self._sized.pop(next(iter(self._sized)))
+        self._sized[key] = out
+        return out
+
+    def configs(self, gpu: GpuSpec, gpus_per_instance: int, multi_node: bool) -> Iterable[Config]:
+        """The enumeration on one instance shape: pp = 1 before pp = 2 for each tp."""
+        cfg = self.cfg
+        quants = [Quant.BF16, Quant.INT4]
+        if gpu.fp8_tflops is not None:
+            quants.insert(1, Quant.FP8)
+        for tp in cfg.tp_options:
+            for pp in cfg.pp_options:
+                gpus = tp * pp
+                if gpus > gpus_per_instance and not multi_node:
+                    continue
+                if tp > gpu.gpus_per_node:
+                    continue
+                for quant in quants:
+                    for batch in cfg.batch_options:
+                        yield Config(tp=tp, pp=pp, quant=quant, max_batch_size=batch)
+
+    def _screen_shape(
+        self, job: Job, env: Environment, gpu: GpuSpec, deadline_s: float
+    ) -> list[Option] | None:
+        """Screen each config on one instance shape with one replica; keep the useful ones.
+
+        Cached by everything the result depends on, so a job is screened once per workload
+        and shape, not once per tick; ``None`` when the deadline cut the screen short.
+        """
+        # A replica's memory fit and capacity do not depend on the offered rate: screening at
+        # a canonical rate lets a drifting job (and jobs sharing a workload shape) reuse it.
+        if job.is_online:
+            job = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=1.0))
+        key = (job.model, job.job_class, job.workload, job.target, env)
+        cached = self._screens.get(key)
+        if cached is not None:
+            return cached
+        options: list[Option] = []
+        smallest_fit: dict[tuple[int, Quant, int], Option] = {}
+        for config in self.configs(gpu, env.gpus_per_instance, env.multi_node):
+            if time.monotonic() > deadline_s:
+                return None  # incomplete: not cached
+            # Pipeline parallelism only where tensor parallelism alone does not fit (the pp=1
+            # configs come first): known before screening, so not screened at all.
+            fit = (config.tp, config.quant, config.max_batch_size)
+            if config.pp > 1 and fit in smallest_fit:
+                continue
+            chain = Chain(job.model, env, config)
+            if not self.surrogate.feasibility(chain).ok:
+                continue
+            pred = self.surrogate.screen(job, Ladder((Rank(chain, 1),)))
+            if not pred.feasible or not pred.ranks:
+                continue
+            cap = pred.ranks[0].capacity_tok_s
+            if cap <= 0:
+                continue
+            opt = Option(env, config, cap)
+            smallest_fit.setdefault(fit, opt)
+            options.append(opt)
+        self._screens[key] = options
+        return options
+
+
+def largest_shapes(envs: Iterable[Environment]) -> dict[str, Environment]:
+    """Per GPU type, the largest instance shape on offer (the first such pool)."""
+    shapes: dict[str, Environment] = {}
+    for env in envs:
+        best = shapes.get(env.gpu)
+        if best is None or (env.gpus_per_instance, env.multi_node) > (
+            best.gpus_per_instance,
+            best.multi_node,
+        ):
+            shapes[env.gpu] = env
+    return shapes

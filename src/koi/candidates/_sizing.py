@@ -1,0 +1,51 @@
+"""How many replicas a job needs, and the workload it is sized for."""
+
+from __future__ import annotations
+
+import math
+
+import attrs
+
+from koi.candidates._config import ProposerConfig
+from koi.types import Job
+
+__all__ = ["RATE_STEP", "replicas_for", "with_observed_rate"]
+
+#: Observed rates are rounded up to this geometric grid (5 %), so that a drifting job's
+#: screens and sizings stay cached across ticks.
+RATE_STEP = 1.05
+#: The shortest span a batch job is sized over: near its deadline it asks for at most a
+#: minute's worth of its remaining tokens per second, not an unbounded rate.
+MIN_BATCH_SPAN_S = 60.0
+
+
+def replicas_for(
+    job: Job, capacity_tok_s: float, *, now_s: float, headroom: float, cfg: ProposerConfig
+) -> int:
+    """Replicas of a chain of ``capacity_tok_s`` that carry ``job``'s required output rate.
+
+    Online: the offered output rate at ``cfg.utilization_target``; batch: the remaining
+    output tokens within ``cfg.batch_deadline_margin`` of the time to the deadline.  Each is
+    divided by ``headroom`` (< 1 in later rounds: more replicas) and capped at
+    ``cfg.max_replicas``.
+    """
+    if job.is_online:
+        need = job.workload.offered_output_tok_s / (cfg.utilization_target * headroom)
+    else:
+        deadline = job.target.deadline_s or now_s
+        span = max((deadline - now_s) * cfg.batch_deadline_margin, MIN_BATCH_SPAN_S)
+        need = job.remaining_requests * job.workload.output_len.mean / (span * headroom)
+    return max(1, min(cfg.max_replicas, math.ceil(need / capacity_tok_s)))
+
+
+def with_observed_rate(job: Job, observed_rps: float | None, *, tolerance: float) -> Job:
+    """``job`` planned for the traffic it really carries when that exceeds its declared rate
+    by more than ``tolerance``: workload drift shows only in telemetry, and the declaration
+    stays the floor.  Other jobs come back unchanged."""
+    declared = job.workload.rate_rps
+    if not job.is_online or observed_rps is None or declared is None:
+        return job
+    if observed_rps <= declared * (1 + tolerance):
+        return job
+    rate = declared * RATE_STEP ** math.ceil(math.log(observed_rps / declared, RATE_STEP))
+    return attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=rate))

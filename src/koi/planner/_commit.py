@@ -1,0 +1,240 @@
+"""S6: the joint selection under C1, C4 and C5, the plan and its reasons, and the launch.
+
+The plan's actions come from the selector's choice; each names its runner-up.  After the
+launchers report, the ledger stores the prediction of every rank that materialized, which S2
+compares the next windows against.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from koi.calibration import swap_budget
+from koi.config import KoiConfig
+from koi.planner._corrections import correction_fn
+from koi.planner._evaluate import Evaluated, Evaluator
+from koi.planner._learn import LearnReport
+from koi.planner._report import CandidateReport, TickResult
+from koi.planner._state import LedgerEntry, PlannerState
+from koi.plugins import LaunchBatch
+from koi.selector import Candidate, SelectionProblem, pool_capacities, select
+from koi.surrogate import Surrogate
+from koi.types import (
+    ActionKind,
+    Chain,
+    ClusterSnapshot,
+    GpuSpec,
+    Job,
+    JobAction,
+    Ladder,
+    ModelSpec,
+    Plan,
+)
+
+__all__ = [
+    "fallback_result",
+    "knobs",
+    "ledger_after_launch",
+    "ledger_entries",
+    "select_plan",
+    "selection_problem",
+]
+
+
+def selection_problem(
+    snapshot: ClusterSnapshot,
+    state: PlannerState,
+    jobs: Sequence[Job],
+    candidates: Mapping[str, Mapping[Ladder, Evaluated]],
+    evaluator: Evaluator,
+    cfg: KoiConfig,
+) -> SelectionProblem:
+    """Every valid candidate of the tick, the pools, the swap budget, priorities and quotas."""
+    valid: list[Candidate] = [
+        ev.candidate
+        for job in jobs
+        for ev in candidates[job.id].values()
+        if ev.candidate is not None
+    ]
+    held = {a.job_id: a.ladder.gpus_by_pool() for a in snapshot.active}
+    return SelectionProblem(
+        candidates=valid,
+        pools=pool_capacities(snapshot),
+        exploration_weights=evaluator.exploration_weights(),
+        swap_budget=swap_budget(state.calibration.regret, len(snapshot.active), cfg.calibration),
+        priority={j.id: j.priority for j in jobs},
+        quota_group={j.id: j.quota_group for j in jobs if j.quota_group is not None},
+        quota_caps={q.group: q.max_gpus for q in snapshot.quotas},
+        held_gpus=held,
+    )
+
+
+def select_plan(
+    snapshot: ClusterSnapshot,
+    state: PlannerState,
+    jobs: Sequence[Job],
+    finished: Sequence[Job],
+    candidates: Mapping[str, Mapping[Ladder, Evaluated]],
+    problem: SelectionProblem,
+    *,
+    learned: LearnReport,
+    cfg: KoiConfig,
+    errors: Sequence[str],
+) -> TickResult:
+    """Solve the joint selection and turn the choice into the plan with its reasons."""
+    if jobs:
+        selection = select(problem, cfg=cfg.selector)
+        status, objective, gap = selection.status.value, selection.objective, selection.gap
+        chosen, binding = dict(selection.chosen), selection.binding
+    else:  # every job finished: nothing to choose
+        status, objective, gap, chosen, binding = "empty", 0.0, 0.0, {}, ()
+    actions: list[JobAction] = [
+        JobAction(j.id, ActionKind.STOP, Ladder(), "finished") for j in finished
+    ]
+    reports: list[CandidateReport] = []
+    for job in jobs:
+        pick = chosen[job.id]
+        mine = candidates[job.id]
+        for ev in mine.values():
+            reports.append(attrs.evolve(ev.report, chosen=ev.report.key == pick))
+        ev = next(e for e in mine.values() if e.report.key == pick)
+        actions.append(JobAction(job.id, ev.report.kind, ev.report.ladder, _reason(ev, mine)))
+    plan = Plan(
+        time_s=snapshot.time_s,
+        actions=tuple(sorted(actions, key=lambda a: a.job_id)),
+        diagnostics={"selector": status, "gap": gap},
+    )
+    learning = attrs.evolve(
+        learned,
+        mean_uncertainty=state.evidence.mean_uncertainty(),
+        mechanisms=len(state.mechanisms),
+    )
+    return TickResult(
+        plan=plan,
+        candidates=tuple(reports),
+        selector_status=status,
+        objective=objective,
+        gap=gap,
+        binding=binding,
+        knobs=knobs(state, problem.swap_budget),
+        errors=tuple(errors),
+        learning=learning,
+    )
+
+
+def fallback_result(
+    snapshot: ClusterSnapshot, state: PlannerState, errors: Sequence[str]
+) -> TickResult:
+    """Keep every active job, defer every pending job (DESIGN §3 "safe fallback")."""
+    current = snapshot.current_ladders
+    actions = tuple(
+        JobAction(j.id, ActionKind.KEEP, current[j.id], "safe fallback")
+        if j.id in current
+        else JobAction(j.id, ActionKind.DEFER, Ladder(), "safe fallback")
+        for j in snapshot.jobs
+    )
+    plan = Plan(time_s=snapshot.time_s, actions=actions, diagnostics={"fallback": True})
+    return TickResult(
+        plan=plan,
+        candidates=(),
+        selector_status="fallback",
+        objective=math.nan,
+        gap=math.nan,
+        knobs=knobs(state, None),
+        errors=tuple(errors),
+        fallback=True,
+    )
+
+
+def knobs(state: PlannerState, swap: int | None) -> dict[str, float]:
+    """The slow loop's knobs in force, for the report."""
+    c = state.calibration
+    return {
+        "beta": c.beta,
+        "lambda": c.lam,
+        "regret": c.regret,
+        "epsilon": state.epsilon.eps,
+        "coverage": state.epsilon.coverage,
+        "swap_budget": float(swap if swap is not None else math.inf),
+    }
+
+
+def ledger_entries(
+    state: PlannerState,
+    job: Job,
+    ladder: Ladder,
+    *,
+    now_s: float,
+    surrogate: Surrogate,
+    gpus: Mapping[str, GpuSpec],
+    models: Mapping[str, ModelSpec],
+    cfg: KoiConfig,
+) -> dict[tuple[str, Chain], LedgerEntry]:
+    """The prediction, with the corrections in force, of each rank of ``ladder``."""
+    corr = correction_fn(state, job, gpus=gpus, models=models, cfg=cfg)
+    pred = surrogate.screen(job, ladder, now_s=now_s, corrections=corr)
+    return {
+        (job.id, rp.rank.chain): LedgerEntry(
+            job_id=job.id,
+            chain=rp.rank.chain,
+            replicas=rp.rank.replicas,
+            committed_s=now_s,
+            outcomes=rp.outcomes,
+            mediators=rp.mediators,
+        )
+        for rp in pred.ranks
+    }
+
+
+def ledger_after_launch(
+    state: PlannerState,
+    snapshot: ClusterSnapshot,
+    plan: Plan,
+    launched: LaunchBatch | None,
+    *,
+    surrogate: Surrogate,
+    gpus: Mapping[str, GpuSpec],
+    models: Mapping[str, ModelSpec],
+    cfg: KoiConfig,
+) -> dict[tuple[str, Chain], LedgerEntry]:
+    """The ledger for the plan as it materialized: every placed or reconfigured job's ranks
+    that came up get their prediction; kept jobs keep theirs; stopped and deferred lose it."""
+    ledger = {k: v for k, v in state.ledger.items() if k[0] in plan.ladders}
+    for action in plan.actions:
+        if action.ladder.is_empty or action.kind is ActionKind.KEEP:
+            continue
+        ladder = action.ladder
+        if launched is not None and any(r.job_id == action.job_id for r in launched.results):
+            ladder = launched.materialized(action.job_id)
+        if ladder.is_empty:
+            continue
+        job = snapshot.job(action.job_id)
+        ledger = {k: v for k, v in ledger.items() if k[0] != job.id}
+        ledger.update(
+            ledger_entries(
+                state,
+                job,
+                ladder,
+                now_s=snapshot.time_s,
+                surrogate=surrogate,
+                gpus=gpus,
+                models=models,
+                cfg=cfg,
+            )
+        )
+    return ledger
+
+
+def _reason(chosen: Evaluated, candidates: Mapping[Ladder, Evaluated]) -> str:
+    r = chosen.report
+    others = sorted(
+        (e.report for e in candidates.values() if e.report.key != r.key and not e.report.rejected),
+        key=lambda c: -c.value,
+    )
+    text = f"value {r.value:.3f} (J {r.tchebycheff:.3f}, breach {r.breach_probability:.2f})"
+    if others:
+        text += f"; runner-up {others[0].key} value {others[0].value:.3f}"
+    return text

@@ -1,0 +1,66 @@
+"""S0 and S1: the snapshot the tick plans for, and the telemetry it learns from."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+
+from koi.errors import InvalidInput
+from koi.plugins import PluginHost
+from koi.types import ClusterSnapshot, ModelSpec, Observation
+
+__all__ = ["checked_observations", "collect_telemetry", "observed_rates", "take_snapshot"]
+
+
+def take_snapshot(
+    snapshot: ClusterSnapshot | None, host: PluginHost, models: Mapping[str, ModelSpec]
+) -> ClusterSnapshot:
+    """S0: the given snapshot, else the ``koi_snapshot`` hooks'; checked before anything
+    changes."""
+    if snapshot is None:
+        snapshot = host.snapshot(time.time())
+        if snapshot is None:
+            raise InvalidInput("snapshot: none given and no koi_snapshot plugin answered")
+    if not isinstance(snapshot, ClusterSnapshot):
+        raise InvalidInput(f"snapshot: expected a ClusterSnapshot, got {type(snapshot).__name__}")
+    unknown = sorted({j.model for j in snapshot.jobs} - set(models))
+    if unknown:
+        raise InvalidInput(f"snapshot.jobs: unknown model(s) {unknown}; add them to the catalog")
+    return snapshot
+
+
+def checked_observations(observations: Sequence[Observation]) -> list[Observation]:
+    out = list(observations)
+    for k, o in enumerate(out):
+        if not isinstance(o, Observation):
+            raise InvalidInput(f"observations[{k}]: expected an Observation, got {o!r}")
+    return out
+
+
+def collect_telemetry(
+    host: PluginHost,
+    snapshot: ClusterSnapshot,
+    given: Sequence[Observation],
+    since_s: float | None,
+    errors: list[str],
+) -> list[Observation]:
+    """S1: ``given`` plus what the telemetry hooks report for every deployed rank since the
+    last tick (nothing on the first tick)."""
+    ranks = [(a.job_id, r) for a in snapshot.active for r in a.ladder.ranks]
+    if not ranks or since_s is None or since_s >= snapshot.time_s:
+        return list(given)
+    batch = host.collect_telemetry(ranks, (since_s, snapshot.time_s))
+    errors.extend(str(e) for e in batch.errors)
+    errors.extend(f"telemetry skipped ({s.plugin}): {s.reason}" for s in batch.skipped)
+    return [*given, *batch.observations]
+
+
+def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
+    """Requests per second each job's ranks received in the last window."""
+    requests: dict[str, int] = {}
+    span: dict[str, tuple[float, float]] = {}
+    for o in observations:
+        requests[o.job_id] = requests.get(o.job_id, 0) + o.requests
+        lo, hi = span.get(o.job_id, (o.start_s, o.end_s))
+        span[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
+    return {j: n / (span[j][1] - span[j][0]) for j, n in requests.items() if n > 0}

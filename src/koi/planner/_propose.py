@@ -1,0 +1,216 @@
+"""S4 with its S5 loop: budget books, then rounds of proposals, each evaluated.
+
+Every proposer (the built-in generator through its plugin, an LLM, the host's own) gets a typed
+:class:`koi.candidates.ProposalContext` per job and round; what they return is evaluated (S5)
+and fed back.  A job comes back for another round only when no candidate beats keeping or
+deferring it (paper §2.1); later rounds give the built-in generator more headroom.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
+
+from koi.beliefs import Beta, EdgeKey, EvidenceStore
+from koi.candidates import ProposalContext, Screener, at_risk_outcomes
+from koi.config import KoiConfig
+from koi.dag import CausalDag, DagView, Mechanism, RankContext
+from koi.errors import KoiError
+from koi.planner._books import job_demand
+from koi.planner._evaluate import Evaluated, Evaluator
+from koi.plugins import PluginHost
+from koi.selector import BudgetBook, BudgetBooks, pool_capacities
+from koi.types import (
+    ActionKind,
+    Chain,
+    ClusterSnapshot,
+    Config,
+    GpuSpec,
+    Job,
+    Ladder,
+    ModelSpec,
+    Rank,
+)
+
+__all__ = ["Candidates", "budget_books", "dag_view", "job_mechanisms", "propose_and_evaluate"]
+
+#: Per job: every ladder evaluated this tick (keep and defer included), in evaluation order.
+Candidates = dict[str, dict[Ladder, Evaluated]]
+# Scope fields a job fixes whatever ladder it gets.
+_JOB_FIELDS = frozenset(
+    {"model", "size_class", "is_moe", "params_b", "job_class", "input_len", "output_len"}
+)
+_FEEDBACK_LINES = 12
+
+
+def budget_books(
+    host: PluginHost,
+    books: BudgetBooks,
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[Job],
+    *,
+    screener: Screener,
+    gpus: Mapping[str, GpuSpec],
+    reference_costs: Mapping[str, float],
+    cfg: KoiConfig,
+    errors: list[str],
+) -> Mapping[str, BudgetBook]:
+    """The host's books when a plugin gives them, else the root planner's LP (paper §2.6)."""
+    from_host = host.budget_books(snapshot)
+    if from_host is not None:
+        return from_host
+    demands = []
+    for job in jobs:
+        d = job_demand(
+            job,
+            snapshot,
+            screener,
+            gpus,
+            reference_cost_per_mtok=reference_costs[job.id],
+            scoring=cfg.scoring,
+        )
+        if d is not None:
+            demands.append(d)
+    if not demands:
+        return {}
+    try:
+        return books.solve(demands, pool_capacities(snapshot))
+    except KoiError as exc:
+        errors.append(f"budget books: {exc}; proposing over every pool")
+        return {}
+
+
+def dag_view(dag: CausalDag, evidence: EvidenceStore, *, causal_graph: bool) -> DagView:
+    """The graph as the proposers' backward query sees it: each edge with the fleet-pooled
+    posterior of its beliefs (without the causal graph, the bare structure)."""
+    if not causal_graph:
+        return dag.view()
+    support: dict[EdgeKey, float] = {}
+    against: dict[EdgeKey, float] = {}
+    for (edge, _), belief in evidence.items():
+        support[edge] = support.get(edge, 0.0) + belief.alpha - 1.0
+        against[edge] = against.get(edge, 0.0) + belief.beta - 1.0
+
+    def pooled(edge: EdgeKey) -> Beta:
+        return Beta(1.0 + support.get(edge, 0.0), 1.0 + against.get(edge, 0.0))
+
+    return dag.view(
+        confidence=lambda e: pooled(e).confidence,
+        uncertainty=lambda e: pooled(e).uncertainty,
+    )
+
+
+def job_mechanisms(
+    job: Job,
+    mechanisms: Sequence[Mechanism],
+    snapshot: ClusterSnapshot,
+    *,
+    gpus: Mapping[str, GpuSpec],
+    models: Mapping[str, ModelSpec],
+) -> tuple[Mechanism, ...]:
+    """Admitted mechanisms whose scope can match ``job`` (its model and workload fields; the
+    hardware and config fields are the proposer's to match per candidate)."""
+    spec = models.get(job.model)
+    pool = next((p for p in snapshot.pools if p.environment.gpu in gpus), None)
+    if not mechanisms or spec is None or pool is None:
+        return ()
+    env = pool.environment
+    probe = RankContext.from_rank(
+        Rank(Chain(job.model, env, Config()), 1), spec, gpus[env.gpu], job
+    )
+    return tuple(
+        m
+        for m in mechanisms
+        if all(p.matches(probe) for p in m.scope.predicates if p.field in _JOB_FIELDS)
+    )
+
+
+def propose_and_evaluate(
+    jobs: Sequence[Job],
+    candidates: Candidates,
+    *,
+    host: PluginHost,
+    evaluator: Evaluator,
+    books: Mapping[str, BudgetBook],
+    view: DagView,
+    mechanisms: Mapping[str, tuple[Mechanism, ...]],
+    evidence: EvidenceStore | None,
+    cfg: KoiConfig,
+    errors: list[str],
+) -> Candidates:
+    """The S4↔S5 rounds: ask every proposer for each job that has no improving candidate yet,
+    evaluate what comes back, and feed the verdicts into the next round."""
+    snapshot = evaluator.snapshot
+    current = snapshot.current_ladders
+    at_risk = {
+        j.id: at_risk_outcomes(j, keep.outcomes, cfg.proposer.risk_margin)
+        for j in jobs
+        if j.id in current
+        and (keep := candidates[j.id][current[j.id]].prediction) is not None
+        and keep.feasible
+    }
+    feedback: dict[str, tuple[str, ...]] = {}
+    for rnd in range(cfg.planner.search_rounds):
+        asked = [j for j in jobs if rnd == 0 or needs_another_round(candidates[j.id])]
+        if not asked:
+            break
+        for job in asked:
+            context = ProposalContext(
+                snapshot=snapshot,
+                gpus=evaluator.gpus,
+                models=evaluator.models,
+                deadline_s=_deadline(cfg.planner.proposer_timeout_s),
+                budget=books.get(job.id),
+                dag=view,
+                mechanisms=mechanisms[job.id],
+                incumbent=current.get(job.id),
+                feedback=feedback.get(job.id, ()),
+                round=rnd,
+                max_candidates=cfg.planner.max_candidates,
+                at_risk=at_risk.get(job.id, ()),
+                evidence=evidence,
+            )
+            batch = host.propose_ladders(job, context)
+            errors.extend(str(e) for e in batch.errors)
+            mine = candidates[job.id]
+            for ladder, sources in zip(batch.ladders, batch.sources, strict=True):
+                if ladder not in mine:
+                    key = f"r{rnd}c{len(mine)}"
+                    mine[ladder] = evaluator.evaluate(job, ladder, key=key, sources=sources)
+            feedback[job.id] = _feedback(mine.values())
+    return candidates
+
+
+def needs_another_round(candidates: Mapping[Ladder, Evaluated]) -> bool:
+    """Invalid or non-improving: no candidate beats keeping/deferring (paper §2.1)."""
+    baseline = max(
+        (
+            ev.report.value
+            for ev in candidates.values()
+            if ev.report.kind in (ActionKind.KEEP, ActionKind.DEFER, ActionKind.STOP)
+        ),
+        default=-math.inf,
+    )
+    return not any(
+        ev.candidate is not None and ev.report.value > baseline
+        for ev in candidates.values()
+        if ev.report.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE)
+    )
+
+
+def _feedback(candidates: Iterable[Evaluated]) -> tuple[str, ...]:
+    """Diagnostics for the proposers' next round: why candidates were rejected or lost."""
+    out = []
+    for ev in candidates:
+        r = ev.report
+        if r.rejected:
+            out.append(f"{r.key}: rejected ({r.rejected})")
+        elif r.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE):
+            out.append(f"{r.key}: value {r.value:.3f}, breach {r.breach_probability:.2f}")
+    return tuple(out[:_FEEDBACK_LINES])
+
+
+def _deadline(timeout_s: float | None) -> float:
+    """The monotonic instant ``timeout_s`` from now; never with no timeout."""
+    return math.inf if timeout_s is None else time.monotonic() + timeout_s
