@@ -14,9 +14,6 @@ __all__ = ["RATE_STEP", "replicas_for", "with_observed_rate"]
 #: Observed rates are rounded up to this geometric grid (5 %), so that a drifting job's
 #: screens and sizings stay cached across ticks.
 RATE_STEP = 1.05
-#: The shortest span a batch job is sized over: near its deadline it asks for at most a
-#: minute's worth of its remaining tokens per second, not an unbounded rate.
-MIN_BATCH_SPAN_S = 60.0
 
 
 def replicas_for(
@@ -32,9 +29,8 @@ def replicas_for(
     if job.is_online:
         need = job.workload.offered_output_tok_s / (cfg.utilization_target * headroom)
     else:
-        deadline = job.target.deadline_s or now_s
-        span = max((deadline - now_s) * cfg.batch_deadline_margin, MIN_BATCH_SPAN_S)
-        need = job.remaining_requests * job.workload.output_len.mean / (span * headroom)
+        share = cfg.batch_deadline_margin
+        need = job.required_output_tok_s(now_s, time_share=share) / headroom
     return max(1, min(cfg.max_replicas, math.ceil(need / capacity_tok_s)))
 
 

@@ -259,9 +259,7 @@ class Evaluator:
             objective(Outcome.TTFT, t.p99_ttft_ms or math.inf, upper_is_bad=True)
             objective(Outcome.TPOT, t.p99_tpot_ms or math.inf, upper_is_bad=True)
         else:
-            now = self.snapshot.time_s
-            span = max((t.deadline_s or now) - now, 1.0)
-            required = job.remaining_requests * job.workload.output_len.mean / span
+            required = job.required_output_tok_s(self.snapshot.time_s)
             objective(Outcome.THROUGHPUT, required, upper_is_bad=False)
         horizon_h = self.cfg.planner.preemption_horizon_s / 3600.0
         for rp in pred.ranks:

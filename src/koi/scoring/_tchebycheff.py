@@ -16,7 +16,6 @@ __all__ = ["Normalizer", "deferral_score", "gaps", "ideal_point", "tchebycheff"]
 _DEFAULT = ScoringConfig()
 # Shortest time window used to turn a batch job's remaining work into a required rate, so a
 # job at (or past) its deadline asks for a large but finite throughput.
-_MIN_WINDOW_S = 60.0
 
 
 def _check_positive(name: str, value: float) -> float:
@@ -64,11 +63,7 @@ class Normalizer:
             assert tpot is not None
             required = job.workload.offered_output_tok_s
             return cls(ref, ttft, tpot, max(required, cfg.min_required_tok_s), ttft, tpot)
-        now = job.arrival_s if now_s is None else now_s
-        deadline = job.target.deadline_s
-        assert deadline is not None
-        window = max(deadline - now, _MIN_WINDOW_S)
-        required = job.remaining_requests * job.workload.output_len.mean / window
+        required = job.required_output_tok_s(job.arrival_s if now_s is None else now_s)
         return cls(
             ref,
             cfg.batch_ttft_scale_ms,

@@ -107,13 +107,6 @@ class FirstFit:
             actions.append(JobAction(job.id, ActionKind.PLACE, Ladder((rank,)), "first fit"))
         return Plan(snapshot.time_s, actions)
 
-    def _demand_tok_s(self, job: Job, now_s: float) -> float:
-        w = job.workload
-        if job.is_online:
-            return w.offered_output_tok_s
-        left_s = max((job.target.deadline_s or now_s) - now_s, 600.0)
-        return job.remaining_requests * w.output_len.mean / left_s
-
     def _bandwidth(self, pool: Pool) -> float:
         gpu = self.gpus.get(pool.environment.gpu)
         return gpu.hbm_tb_s if gpu is not None else 0.0
@@ -147,7 +140,7 @@ class FirstFit:
                     _, capacity = replica_capacity(
                         step, fe.kv_capacity_tokens, sizing, job.workload
                     )
-                    want = self.headroom * self._demand_tok_s(job, snapshot.time_s) / capacity
+                    want = self.headroom * job.required_output_tok_s(snapshot.time_s) / capacity
                     room = free[pool.id] // config.gpus
                     n = min(max(1, math.ceil(want)), self.max_replicas, room)
                     return Rank(Chain(job.model, pool.environment, config), n)

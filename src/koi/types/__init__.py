@@ -27,10 +27,18 @@ from koi.types._snapshot import (
     Quota,
 )
 from koi.types._telemetry import Mediators, Observation, Outcomes
-from koi.types._workload import Job, LengthDist, ObjectiveWeights, ServingTarget, WorkloadProfile
+from koi.types._workload import (
+    MIN_BATCH_WINDOW_S,
+    Job,
+    LengthDist,
+    ObjectiveWeights,
+    ServingTarget,
+    WorkloadProfile,
+)
 
 __all__ = [
     "KV_CACHE_DTYPES",
+    "MIN_BATCH_WINDOW_S",
     "ActionKind",
     "ActiveDeployment",
     "Arrival",

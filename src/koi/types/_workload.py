@@ -17,7 +17,14 @@ from koi.types.validators import (
     positive_int,
 )
 
-__all__ = ["Job", "LengthDist", "ObjectiveWeights", "ServingTarget", "WorkloadProfile"]
+__all__ = [
+    "MIN_BATCH_WINDOW_S",
+    "Job",
+    "LengthDist",
+    "ObjectiveWeights",
+    "ServingTarget",
+    "WorkloadProfile",
+]
 
 
 @attrs.frozen
@@ -102,6 +109,10 @@ class ObjectiveWeights:
         }[outcome]
 
 
+#: The shortest window a batch job's required rate is spread over (seconds).
+MIN_BATCH_WINDOW_S = 60.0
+
+
 @attrs.frozen
 class Job:
     """One LLM job: a model, a workload, a class and its serving target.
@@ -148,3 +159,15 @@ class Job:
     def remaining_requests(self) -> int:
         """Batch requests still to serve (0 for online jobs)."""
         return (self.workload.total_requests or 0) - self.completed_requests
+
+    def required_output_tok_s(self, now_s: float, *, time_share: float = 1.0) -> float:
+        """The output rate the job needs: what an online workload offers, or a batch job's
+        remaining output tokens over ``time_share`` of the time to its deadline — never over
+        less than :data:`MIN_BATCH_WINDOW_S` (near or past the deadline the job asks for a
+        minute's worth per second, not an unbounded rate).  The one rule every planner, the
+        scoring and the sizing use."""
+        if self.is_online:
+            return self.workload.offered_output_tok_s
+        left_s = (self.target.deadline_s if self.target.deadline_s is not None else now_s) - now_s
+        window_s = max(left_s * time_share, MIN_BATCH_WINDOW_S)
+        return self.remaining_requests * self.workload.output_len.mean / window_s
