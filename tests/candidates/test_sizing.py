@@ -29,7 +29,13 @@ def _batch(total: int = 1000, done: int = 0, deadline_s: float = 3600.0) -> Job:
 
 def _online(rate: float = 4.0) -> Job:
     workload = WorkloadProfile(LengthDist(500, 0.2, 2000), LengthDist(200, 0.2, 800), rate_rps=rate)
-    return Job("o", "Llama-3.1-8B", "online", workload, ServingTarget.online(p99_ttft_ms=800.0, p99_tpot_ms=60.0))
+    return Job(
+        "o",
+        "Llama-3.1-8B",
+        "online",
+        workload,
+        ServingTarget.online(p99_ttft_ms=800.0, p99_tpot_ms=60.0),
+    )
 
 
 def test_the_required_rate_is_what_is_left_over_the_time_left() -> None:
