@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from koi.baselines import make_policy
+from koi.baselines import koi_config, make_policy
 from koi.config import KoiConfig, with_knobs
 from koi.errors import InvalidInput
 
@@ -47,4 +47,4 @@ def test_koi_planners_take_the_config_and_their_ablations_keep_their_switch() ->
     assert koi.planner.config.planner.tau == 0.05
     assert frozen.planner.config.planner.tau == 0.05
     assert frozen.planner.config.planner.learning is False
-    assert make_policy("koi").planner.config == KoiConfig()
+    assert make_policy("koi").planner.config == koi_config("koi", KoiConfig())

@@ -10,11 +10,11 @@ import pytest
 from koi.config import KoiConfig
 from koi.errors import InvalidInput, KoiError, KoiWarning
 from koi.planner import Planner
-from koi.planner._corrections import DECODE_TIME
-from koi.planner._learn import correction_fn
+from koi.planner._corrections import DECODE_TIME, correction_fn
 from koi.plugins import hookimpl
 from koi.scoring import ScoringConfig
 from koi.surrogate import RankCorrection
+from koi.testing.fakes import example_snapshot
 from koi.types import (
     ActionKind,
     ActiveDeployment,
@@ -25,6 +25,7 @@ from koi.types import (
     Ladder,
     Observation,
     Outcome,
+    Quant,
     Rank,
     ServingTarget,
 )
@@ -259,3 +260,18 @@ def test_a_fleet_whose_jobs_all_finished_gets_stop_actions() -> None:
     result = Planner(catalog=CATALOG).tick(ClusterSnapshot(0.0, [done], pools()))
     assert not result.fallback, result.errors
     assert result.plan.action(done.id).kind is ActionKind.STOP
+
+
+def test_a_finished_batch_job_still_deployed_is_stopped_and_the_rest_planned() -> None:
+    # What a host reports at the end of every batch job: all requests done, ladder still up.
+    snap = example_snapshot()
+    summarize = snap.job("summarize")
+    done = attrs.evolve(summarize, completed_requests=summarize.workload.total_requests or 0)
+    chain = Chain("Llama-3.1-70B", snap.pools[0].environment, Config(tp=4, quant=Quant.FP8))
+    deployed = ActiveDeployment("summarize", Ladder((Rank(chain, 1),)), since_s=0.0)
+    jobs = (snap.job("chat"), done)
+    finished = ClusterSnapshot(0.0, jobs, snap.pools, (*snap.active, deployed))
+    result = Planner().tick(finished)
+    assert not result.fallback, result.errors
+    assert result.plan.action("summarize").kind is ActionKind.STOP
+    assert result.plan.action("chat").kind is not ActionKind.DEFER

@@ -8,6 +8,7 @@ compares the next windows against.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -52,17 +53,31 @@ def selection_problem(
     evaluator: Evaluator,
     cfg: KoiConfig,
 ) -> SelectionProblem:
-    """Every valid candidate of the tick, the pools, the swap budget, priorities and quotas."""
+    """Every valid candidate of the tick, the pools, the swap budget, priorities and quotas.
+
+    A finished job that is still deployed is stopped outside the selection: its GPUs stay
+    taken for this tick (the host frees them when it applies the stop), so nothing placed now
+    can collide with them.
+    """
     valid: list[Candidate] = [
         ev.candidate
         for job in jobs
         for ev in candidates[job.id].values()
         if ev.candidate is not None
     ]
-    held = {a.job_id: a.ladder.gpus_by_pool() for a in snapshot.active}
+    planned = {j.id for j in jobs}
+    held = {a.job_id: a.ladder.gpus_by_pool() for a in snapshot.active if a.job_id in planned}
+    stopping: Counter[str] = Counter()
+    for a in snapshot.active:
+        if a.job_id not in planned:
+            stopping.update(a.ladder.gpus_by_pool())
+    pools = [
+        attrs.evolve(p, capacity_gpus=max(p.capacity_gpus - stopping[p.pool_id], 0))
+        for p in pool_capacities(snapshot)
+    ]
     return SelectionProblem(
         candidates=valid,
-        pools=pool_capacities(snapshot),
+        pools=pools,
         exploration_weights=evaluator.exploration_weights(),
         swap_budget=swap_budget(state.calibration.regret, len(snapshot.active), cfg.calibration),
         priority={j.id: j.priority for j in jobs},
