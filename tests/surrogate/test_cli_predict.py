@@ -130,3 +130,44 @@ def test_text_output_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
         == 1
     )
     assert "nope" in capsys.readouterr().err
+
+
+_BASE = ("--model", "Llama-3.1-8B", "--gpu", "H100-SXM", "--tp", "1", "--isl", "2000")
+
+
+def test_protocol_flags_change_the_mean(capsys: pytest.CaptureFixture[str]) -> None:
+    burst = _run(capsys, *_BASE, "--osl", "200", "--concurrency", "64", "--length-spread", "0.2")
+    steady = _run(
+        capsys,
+        *_BASE,
+        "--osl",
+        "200",
+        "--concurrency",
+        "64",
+        "--length-spread",
+        "0.2",
+        "--steady-state",
+    )
+    assert {"mean_ttft_ms", "mean_tpot_ms"} <= set(burst)
+    assert float(burst["mean_ttft_ms"]) > float(steady["mean_ttft_ms"])  # type: ignore[arg-type]
+    imax = _run(capsys, *_BASE, "--osl", "200", "--concurrency", "8", "--protocol", "inferencemax")
+    assert imax["feasible"] is True
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--rate", "2", "--length-spread", "0.2"), "need --concurrency"),
+        (("--concurrency", "4", "--protocol", "locust"), "--protocol: must be one of"),
+        (("--concurrency", "4", "--requests", "2"), "--requests: must be >="),
+        (("--concurrency", "4", "--length-spread", "1.5"), "--length-spread: must be in"),
+        (("--rate", "2", "--protocol", "inferencemax"), "needs --concurrency"),
+    ],
+)
+def test_protocol_flags_bad_input_exit_2(
+    capsys: pytest.CaptureFixture[str], extra: tuple[str, ...], message: str
+) -> None:
+    assert main(["predict", *_BASE, "--osl", "100", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert "Traceback" not in err

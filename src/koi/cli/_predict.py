@@ -64,6 +64,29 @@ def register(subparsers: Any) -> None:
     load = p.add_mutually_exclusive_group(required=True)
     load.add_argument("--rate", type=float, help="requests per second (open loop, Poisson)")
     load.add_argument("--concurrency", type=int, help="requests in flight (closed loop)")
+    p.add_argument(
+        "--protocol",
+        default=None,
+        help=(
+            "load generator's protocol: inferencemax, genai-perf-count, genai-perf-steady "
+            "(closed loop; docs/surrogate.md §7) or poisson (open loop); default: closed loop "
+            "with the clients starting together, 10 x concurrency requests, fixed lengths"
+        ),
+    )
+    p.add_argument(
+        "--requests", type=int, default=None, help="requests in a closed-loop run (10 x C)"
+    )
+    p.add_argument(
+        "--length-spread",
+        type=float,
+        default=None,
+        help="lengths uniform within +-this fraction of --isl/--osl (default 0: fixed)",
+    )
+    p.add_argument(
+        "--steady-state",
+        action="store_true",
+        help="closed loop measured after a warm-up, without the clients' initial burst",
+    )
     p.add_argument("--price-per-gpu-h", type=float, default=None, help="USD per GPU-hour")
     p.add_argument("--analytic", action="store_true", help="closed form only, no replay")
     p.add_argument(
@@ -95,6 +118,7 @@ def _finite(x: Any) -> Any:
 
 
 ENGINES = ("vllm", "sglang", "trtllm")
+PROTOCOL_PRESETS = ("poisson", "inferencemax", "genai-perf-count", "genai-perf-steady")
 _LINKS = ("nvlink", "pcie", "pcie_no_p2p", "infinity_fabric")
 
 
@@ -116,6 +140,25 @@ def _bad_input(args: argparse.Namespace) -> str | None:
             return f"{flag}: must be an integer >= 1, got {value}"
     if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
         return f"--rate: must be > 0 requests per second, got {args.rate}"
+    if args.requests is not None and args.requests < 1:
+        return f"--requests: must be an integer >= 1, got {args.requests}"
+    if args.length_spread is not None and not 0 <= args.length_spread < 1:
+        return f"--length-spread: must be in [0, 1), got {args.length_spread}"
+    if args.protocol is not None and args.protocol not in PROTOCOL_PRESETS:
+        return f"--protocol: must be one of {', '.join(PROTOCOL_PRESETS)}, got {args.protocol!r}"
+    closed = args.requests is not None or args.length_spread is not None or args.steady_state
+    if closed and args.concurrency is None:
+        return "--requests/--length-spread/--steady-state: need --concurrency (closed loop)"
+    if args.protocol == "poisson" and args.rate is None:
+        return "--protocol: poisson needs --rate"
+    if args.protocol not in (None, "poisson") and args.concurrency is None:
+        return f"--protocol: {args.protocol} needs --concurrency"
+    if (
+        args.requests is not None
+        and args.concurrency is not None
+        and args.requests < args.concurrency
+    ):
+        return f"--requests: must be >= --concurrency {args.concurrency}, got {args.requests}"
     if not 0 < args.gpu_memory_utilization <= 1:
         return f"--gpu-memory-utilization: must be in (0, 1], got {args.gpu_memory_utilization}"
     if args.price_per_gpu_h is not None and not args.price_per_gpu_h >= 0:
@@ -156,6 +199,28 @@ def _environment(catalog: Any, args: argparse.Namespace, gpu: str) -> Any:
     )
 
 
+def _protocol(args: argparse.Namespace) -> Any:
+    """The load protocol the flags describe: a named suite's, then the explicit overrides."""
+    from koi.surrogate import LoadProtocol, protocol_preset
+
+    if args.protocol is not None:
+        proto = protocol_preset(args.protocol, concurrency=args.concurrency, rate_rps=args.rate)
+    elif args.rate is not None:
+        return LoadProtocol.open_loop(args.rate)
+    else:
+        proto = LoadProtocol.closed_loop(args.concurrency)
+    if proto.rate_rps is not None:
+        return proto
+    changes: dict[str, Any] = {}
+    if args.requests is not None:
+        changes["request_count"] = args.requests
+    if args.length_spread is not None:
+        changes["length_range"] = (1.0 - args.length_spread, 1.0 + args.length_spread)
+    if args.steady_state:
+        changes["burst"] = False
+    return attrs.evolve(proto, **changes)
+
+
 def _run(args: argparse.Namespace) -> int:
     from koi.catalog import load_catalog
     from koi.surrogate import AicProfiles, SurrogateConfig, predict_serving
@@ -190,8 +255,7 @@ def _run(args: argparse.Namespace) -> int:
         isl=args.isl,
         osl=args.osl,
         replicas=args.replicas,
-        rate_rps=args.rate,
-        concurrency=args.concurrency,
+        protocol=_protocol(args),
         price_usd_per_gpu_h=_price(catalog, gpu.name, args.price_per_gpu_h),
         cfg=cfg,
         profiles=AicProfiles(cfg) if args.backend == "aic" else None,
@@ -208,7 +272,15 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{model.name} on {args.replicas} x {config.gpus} x {gpu.name} ({config.quant.value})")
     if pred.substituted_from:
         print(f"  (profile of {pred.substituted_from}, rescaled: nearest architecture)")
-    for key in ("p50_ttft_ms", "p99_ttft_ms", "p50_tpot_ms", "p99_tpot_ms", "throughput_tok_s"):
+    for key in (
+        "mean_ttft_ms",
+        "p50_ttft_ms",
+        "p99_ttft_ms",
+        "mean_tpot_ms",
+        "p50_tpot_ms",
+        "p99_tpot_ms",
+        "throughput_tok_s",
+    ):
         print(f"  {key:<20} {data[key]:>12.2f}")
     print(f"  {'kv_capacity_tokens':<20} {pred.kv_capacity_tokens:>12d}")
     if pred.cost_per_mtok_usd is not None:

@@ -11,6 +11,7 @@ from koi.surrogate._memory import Feasibility, feasibility
 from koi.surrogate._operator import OperatorModel
 from koi.surrogate._point import ServingPrediction, predict_serving
 from koi.surrogate._predict import Prediction, RankPrediction, Surrogate
+from koi.surrogate._protocol import PROTOCOL_PRESETS, LoadProtocol, protocol_preset
 from koi.surrogate._substitute import (
     ProfileSource,
     Substitution,
@@ -20,11 +21,13 @@ from koi.surrogate._substitute import (
 )
 
 __all__ = [
+    "PROTOCOL_PRESETS",
     "AicProfiles",
     "Collective",
     "Efficiency",
     "EngineProfile",
     "Feasibility",
+    "LoadProtocol",
     "OperatorModel",
     "Prediction",
     "ProfileSource",
@@ -40,5 +43,6 @@ __all__ = [
     "feasibility",
     "nearest_architecture",
     "predict_serving",
+    "protocol_preset",
     "select_step_model",
 ]

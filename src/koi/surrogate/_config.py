@@ -12,7 +12,14 @@ from koi.errors import InvalidInput
 from koi.types import Config
 from koi.types.validators import fraction, non_negative, positive, positive_int
 
-__all__ = ["Collective", "Efficiency", "EngineProfile", "SurrogateConfig", "kv_bytes_per_value"]
+__all__ = [
+    "Collective",
+    "Efficiency",
+    "EngineProfile",
+    "SurrogateConfig",
+    "kv_bytes_per_value",
+    "kv_cache_fp8",
+]
 
 
 @attrs.frozen
@@ -91,6 +98,23 @@ class EngineProfile:
     eager_launch_us_per_layer: float = attrs.field(default=120.0, validator=non_negative)
     graph_reserve_gib: float = attrs.field(default=0.5, validator=non_negative)
     comm_reserve_gib: float = attrs.field(default=0.4, validator=non_negative)
+    # Per-request latency outside the GPU iterations (HTTP frontend, tokenization, scheduling,
+    # detokenized first chunk): added to every TTFT.  Fitted on the fit split (§7).
+    request_floor_ms: float = attrs.field(default=0.0, validator=non_negative)
+    # How the engine sizes its KV cache (docs/surrogate.md §7, "KV capacity per engine"):
+    # "utilization" (vLLM: u·M − weights − profiled activations and graphs), "free_fraction"
+    # (TensorRT-LLM: u of the memory left after weights and reserves), "static_fraction"
+    # (SGLang: u·M holds weights and KV; activations and graphs live outside it).  ``u`` is
+    # Config.gpu_memory_utilization.
+    kv_memory_rule: str = attrs.field(
+        default="utilization",
+        validator=attrs.validators.in_(("utilization", "free_fraction", "static_fraction")),
+    )
+    # Whether an FP8 checkpoint brings an FP8 KV cache when the KV dtype is left at "auto"
+    # (TensorRT-LLM takes the checkpoint's KV quantisation; vLLM and SGLang keep the model dtype).
+    fp8_checkpoint_kv: bool = attrs.field(
+        default=False, validator=attrs.validators.instance_of(bool)
+    )
 
 
 def _efficiency_table(value: Any) -> tuple[tuple[str, Efficiency], ...]:
@@ -121,8 +145,12 @@ _GPUS = {
 }
 _ENGINES = {
     "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012, chunk_admission=True),
-    "sglang": EngineProfile(base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False),
-    "trtllm": EngineProfile(base_ms=0.6, per_seq_ms=0.006),
+    "sglang": EngineProfile(
+        base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False, kv_memory_rule="static_fraction"
+    ),
+    "trtllm": EngineProfile(
+        base_ms=0.6, per_seq_ms=0.006, kv_memory_rule="free_fraction", fp8_checkpoint_kv=True
+    ),
 }
 # Collectives per interconnect kind.  pcie (peer-to-peer) and pcie_no_p2p: least-squares fit on
 # aiconfigurator-core's measured NCCL all-reduce tables (benchmarks/fit_collectives.py,
@@ -215,6 +243,18 @@ class SurrogateConfig:
         return table.get(kind, table.get("internode", Collective()))
 
 
+def kv_cache_fp8(config: Config, cfg: SurrogateConfig) -> bool:
+    """Whether the engine keeps an FP8 KV cache: asked for (``kv_cache_dtype="fp8"``), or left at
+    ``"auto"`` with an FP8 checkpoint on an engine that takes the checkpoint's KV dtype."""
+    if config.kv_cache_dtype == "fp8":
+        return True
+    return (
+        config.kv_cache_dtype == "auto"
+        and config.quant.value == "fp8"
+        and cfg.engine_profile(config.engine).fp8_checkpoint_kv
+    )
+
+
 def kv_bytes_per_value(config: Config, cfg: SurrogateConfig) -> float:
     """Bytes of one cached key or value element: 1 with an FP8 KV cache, else ``cfg``'s."""
-    return 1.0 if config.kv_cache_dtype == "fp8" else cfg.kv_bytes_per_value
+    return 1.0 if kv_cache_fp8(config, cfg) else cfg.kv_bytes_per_value

@@ -81,6 +81,21 @@ def reserve_gib(model: ModelSpec, config: Config, cfg: SurrogateConfig) -> float
     return cfg.activation_reserve_gib + act + graphs + comm
 
 
+def _usable_gib(
+    memory: float, weights: float, reserve: float, config: Config, cfg: SurrogateConfig
+) -> float:
+    """Memory per GPU for weights and KV cache, the way the engine sizes its pool."""
+    u = config.gpu_memory_utilization
+    rule = cfg.engine_profile(config.engine).kv_memory_rule
+    if rule == "free_fraction":
+        # KV = u · (M − W − R): TensorRT-LLM's free_gpu_memory_fraction of what is left.
+        return weights + u * max(memory - weights - reserve, 0.0)
+    if rule == "static_fraction":
+        # KV = u·M − W: SGLang's mem_fraction_static pool holds weights and KV only.
+        return memory * u
+    return memory * u - reserve
+
+
 def _topology_problem(
     gpu: GpuSpec, model: ModelSpec, config: Config, environment: Environment | None
 ) -> str | None:
@@ -118,11 +133,10 @@ def feasibility(
     """Constraint C2 for one chain: topology, then memory.
 
     Per GPU, with ``M`` the memory the device reports and ``u`` the engine's memory utilisation
-    (``config.gpu_memory_utilization``), ``R`` the reserves of :func:`reserve_gib`:
-
-    .. math::
-
-        usable = u M - R,\\qquad KV = usable - W/(tp\\,pp)
+    (``config.gpu_memory_utilization``), ``R`` the reserves of :func:`reserve_gib` and ``W``
+    the weights per GPU, the KV pool is the engine's (``EngineProfile.kv_memory_rule``):
+    vLLM ``u M − R − W``, TensorRT-LLM ``u (M − W − R)``, SGLang ``u M − W``; ``usable`` is
+    that pool plus the weights.
 
     The chain fits when ``KV >= headroom * usable``, the replica holds at least
     ``min_kv_tokens`` context tokens and one request of the maximum model length: the
@@ -136,7 +150,7 @@ def feasibility(
     weights = _weights_gib(model, config)
     activ = reserve_gib(model, config, cfg)
     memory = gpu.device_memory_gib
-    usable = memory * config.gpu_memory_utilization - activ
+    usable = _usable_gib(memory, weights, activ, config, cfg)
     pressure = (weights + activ) / memory
     problem = _topology_problem(gpu, model, config, environment)
     if problem is not None:

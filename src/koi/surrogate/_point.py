@@ -13,7 +13,8 @@ from koi.surrogate._analytic import RankLoad, estimate_closed_loop, estimate_ope
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._memory import feasibility, iteration_tokens, node_gpu
 from koi.surrogate._predict import mediators_of, workload_lengths
-from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
+from koi.surrogate._protocol import LoadProtocol
+from koi.surrogate._replay_adapter import replay_protocol
 from koi.surrogate._substitute import ProfileSource, select_step_model
 from koi.types import Config, Environment, GpuSpec, ModelSpec
 
@@ -25,7 +26,9 @@ class ServingPrediction:
     """Latency, throughput and mediators of ``replicas`` copies of one chain under one load.
 
     Latencies in ms; ``throughput_tok_s`` is output tokens per second over all replicas;
-    ``cost_per_mtok_usd`` is None when no price is known.
+    ``cost_per_mtok_usd`` is None when no price is known.  ``mean_ttft_ms`` and
+    ``mean_tpot_ms`` are means over the protocol's run (burst included when it has one): what
+    benchmark tools report as "mean" or "avg".
     """
 
     feasible: bool
@@ -40,6 +43,8 @@ class ServingPrediction:
     cost_per_mtok_usd: float | None = None
     weights_gib: float = 0.0
     substituted_from: str | None = None
+    mean_ttft_ms: float = float("nan")
+    mean_tpot_ms: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -61,18 +66,25 @@ def predict_serving(
     profiles: ProfileSource | None = None,
     candidates: Iterable[ModelSpec] = (),
     environment: Environment | None = None,
+    protocol: LoadProtocol | None = None,
 ) -> ServingPrediction:
     """Predict one deployment at a fixed request shape (``isl`` in, ``osl`` out tokens).
 
-    Exactly one of ``rate_rps`` (open loop, Poisson arrivals) or ``concurrency`` (closed loop,
-    requests in flight over all replicas) must be given.  Infeasible deployments come back with
-    ``feasible=False`` and a reason, never an exception.  With ``profiles`` (e.g. the
+    The load is a :class:`LoadProtocol` (``protocol``), or exactly one of ``rate_rps`` (open
+    loop, Poisson arrivals) or ``concurrency`` (closed loop over all replicas: the clients
+    start together and run ``10 · concurrency`` fixed-length requests).  Every TTFT carries
+    the engine's per-request floor (``EngineProfile.request_floor_ms``).  Infeasible
+    deployments come back with ``feasible=False`` and a reason, never an exception.  With ``profiles`` (e.g. the
     ``aic`` backend) measured step times are used where covered, with nearest-architecture
     substitution among ``candidates`` (``substituted_from`` names the stand-in).  With an
     ``environment`` the GPUs talk over that instance type's interconnect (e.g. PCIe without
     peer-to-peer) instead of the GPU's catalog link.
     """
     cfg = cfg or SurrogateConfig()
+    if protocol is not None and (rate_rps is not None or concurrency is not None):
+        raise InvalidInput("load: give a protocol or rate_rps/concurrency, not both")
+    if protocol is not None:
+        rate_rps, concurrency = protocol.rate_rps, protocol.concurrency
     if (rate_rps is None) == (concurrency is None):
         raise InvalidInput("load: give exactly one of rate_rps or concurrency")
     for name, value in (("isl", isl), ("osl", osl), ("replicas", replicas)):
@@ -85,8 +97,13 @@ def predict_serving(
     if rate_rps is not None and not (math.isfinite(rate_rps) and rate_rps > 0):
         raise InvalidInput(f"rate_rps: must be > 0, got {rate_rps!r}")
     gpu = node_gpu(gpu, environment)
+    longest = isl + osl
+    if protocol is not None:
+        longest = math.floor(protocol.length_range[1] * isl) + math.floor(
+            protocol.length_range[1] * osl
+        )
     feas = feasibility(
-        gpu, model, config, cfg=cfg, seq_tokens=isl + osl, max_request_tokens=isl + osl
+        gpu, model, config, cfg=cfg, seq_tokens=isl + osl, max_request_tokens=longest
     )
     if not feas.ok:
         inf = float("inf")
@@ -118,17 +135,26 @@ def predict_serving(
         cfg.engine_profile(config.engine).chunk_admission,
     )
     use_replay = cfg.use_replay if replay is None else replay
-    if rate_rps is not None:
-        if use_replay:
-            est = replay_open_loop(load, config.routing, replicas, rate_rps, cfg)
-        else:
-            est = estimate_open_loop(load, rate_rps / replicas, cfg.replay_horizon_s)
+    floor = cfg.engine_profile(config.engine).request_floor_ms
+    if protocol is None:
+        protocol = (
+            LoadProtocol.open_loop(rate_rps)
+            if rate_rps is not None
+            else LoadProtocol.closed_loop(int(concurrency or 1))
+        )
+    if use_replay:
+        run = replay_protocol(load, config.routing, replicas, protocol, cfg, floor_ms=floor)
+        est, mean_ttft, mean_tpot = run.estimate, run.mean_ttft_ms, run.mean_tpot_ms
     else:
-        assert concurrency is not None
-        if use_replay:
-            est = replay_closed_loop(load, config.routing, replicas, concurrency, cfg)
+        if rate_rps is not None:
+            est = estimate_open_loop(load, rate_rps / replicas, cfg.replay_horizon_s)
         else:
+            assert concurrency is not None
             est = estimate_closed_loop(load, concurrency / replicas)
+        est = attrs.evolve(
+            est, p50_ttft_ms=est.p50_ttft_ms + floor, p99_ttft_ms=est.p99_ttft_ms + floor
+        )
+        mean_ttft, mean_tpot = est.p50_ttft_ms, est.p50_tpot_ms
     tput = est.throughput_tok_s * replicas
     cost = None
     if price_usd_per_gpu_h is not None and tput > 0:
@@ -147,4 +173,6 @@ def predict_serving(
         cost_per_mtok_usd=cost,
         weights_gib=feas.weights_gib,
         substituted_from=substituted,
+        mean_ttft_ms=mean_ttft,
+        mean_tpot_ms=mean_tpot,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import attrs
 import numpy as np
 
 from koi.surrogate._analytic import (
@@ -18,10 +19,17 @@ from koi.surrogate._analytic import (
     estimate_open_loop,
 )
 from koi.surrogate._config import SurrogateConfig
+from koi.surrogate._protocol import LoadProtocol
 from koi.surrogate.replay._step import StepTime
 from koi.types import Arrival, Routing, WorkloadProfile
 
-__all__ = ["replay_available", "replay_closed_loop", "replay_open_loop"]
+__all__ = [
+    "ProtocolRun",
+    "replay_available",
+    "replay_closed_loop",
+    "replay_open_loop",
+    "replay_protocol",
+]
 
 
 def _engine() -> Any | None:
@@ -163,3 +171,97 @@ def replay_closed_loop(
     requests = mod.batch_requests(workload, rng, count)
     stats = mod.run_closed_loop(_specs(mod, load, n), routing, requests, concurrency, horizon)
     return _estimate(stats, analytic, n)
+
+
+@attrs.frozen
+class ProtocolRun:
+    """A protocol's run through the replay: the per-replica estimate and the run's means."""
+
+    estimate: ServingEstimate
+    mean_ttft_ms: float
+    mean_tpot_ms: float
+
+
+def _burst_requests(
+    mod: Any, protocol: LoadProtocol, load: RankLoad, rng: np.random.Generator
+) -> list[Any]:
+    n = protocol.requests
+    inputs = protocol.lengths(round(load.input_len.mean), rng, n)
+    outputs = protocol.lengths(round(load.output_len.mean), rng, n)
+    return [
+        mod.Request(i, 0.0, int(x), int(y))
+        for i, (x, y) in enumerate(zip(inputs.tolist(), outputs.tolist(), strict=True))
+    ]
+
+
+def replay_protocol(
+    load: RankLoad,
+    routing: Routing,
+    replicas: int,
+    protocol: LoadProtocol,
+    cfg: SurrogateConfig,
+    *,
+    floor_ms: float = 0.0,
+) -> ProtocolRun:
+    """Run ``protocol`` over ``replicas`` replicas the way the benchmark runs it.
+
+    A burst protocol issues ``concurrency`` requests at ``t = 0`` and keeps that many in flight
+    until its ``request_count`` requests are done; every statistic covers the whole run.  A
+    steady-state protocol is measured after a warm-up; an open-loop one over a horizon.
+    ``floor_ms`` (the engine's per-request frontend and scheduling latency) is added to every
+    TTFT; in a closed loop it also lengthens each client's cycle, which lowers throughput.
+    """
+    if protocol.rate_rps is not None:
+        est = replay_open_loop(load, routing, replicas, protocol.rate_rps, cfg)
+        est = attrs.evolve(
+            est,
+            p50_ttft_ms=est.p50_ttft_ms + floor_ms,
+            p99_ttft_ms=est.p99_ttft_ms + floor_ms,
+        )
+        return ProtocolRun(est, est.p50_ttft_ms, est.p50_tpot_ms)
+    conc = protocol.concurrency
+    assert conc is not None
+    n = replicas
+    analytic = estimate_closed_loop(load, conc / n)
+    mod = _engine()
+    if mod is None:
+        return ProtocolRun(analytic, analytic.p50_ttft_ms + floor_ms, analytic.p50_tpot_ms)
+    rng = np.random.default_rng(cfg.seed)
+    specs = _specs(mod, load, n)
+    rate = analytic.throughput_tok_s * n / max(load.output_len.mean, 1.0)
+    if protocol.burst:
+        requests = _burst_requests(mod, protocol, load, rng)
+        # Long enough for the whole run at the screen's rate, with room for a slower replay.
+        horizon = 4.0 * len(requests) / max(rate, 1e-9) + 60.0
+        stats = mod.run_closed_loop(specs, routing, requests, conc, horizon)
+    else:
+        horizon = _horizon(rate, cfg)
+        count = min(math.ceil(rate * horizon * 1.7) + conc, 100_000)
+        requests = _burst_requests(
+            mod, attrs.evolve(protocol, burst=True, request_count=count), load, rng
+        )
+        stats = mod.run_closed_loop(specs, routing, requests, conc, horizon, warmup_s=0.3 * horizon)
+    est = _estimate(stats, analytic, n)
+    ttft = np.asarray(stats.ttft_ms, dtype=float) + floor_ms
+    censored = np.concatenate([ttft, np.asarray(stats.unserved_age_ms, dtype=float) + floor_ms])
+    tpot = np.asarray(stats.tpot_ms, dtype=float)
+    finish = np.asarray(stats.finish_s, dtype=float)
+    tokens = float(np.sum(np.asarray(stats.output_tokens, dtype=float)))
+    if protocol.burst and finish.size:
+        # Benchmark throughput: output tokens over the run's span; every client's cycle is
+        # one floor longer per request it sends.
+        span = float(finish.max()) + floor_ms / 1e3 * len(requests) / conc
+        tput = tokens / span / n if span > 0 else est.throughput_tok_s
+    else:
+        e2e = float(np.mean(finish - np.asarray(stats.arrival_s))) if finish.size else 0.0
+        slow = e2e / (e2e + floor_ms / 1e3) if e2e > 0 else 1.0
+        tput = est.throughput_tok_s * slow
+    est = attrs.evolve(
+        est,
+        p50_ttft_ms=float(np.percentile(censored, 50)) if censored.size else est.p50_ttft_ms,
+        p99_ttft_ms=float(np.percentile(censored, 99)) if censored.size else est.p99_ttft_ms,
+        throughput_tok_s=tput,
+    )
+    mean_ttft = float(np.mean(censored)) if censored.size else est.p50_ttft_ms
+    mean_tpot = float(np.mean(tpot)) if tpot.size else est.p50_tpot_ms
+    return ProtocolRun(est, mean_ttft, mean_tpot)
