@@ -1,6 +1,7 @@
 """Accuracy against public measurements (docs/surrogate.md, "Accuracy").
 
-The held-out split is aiconfigurator-core's silicon sample; no constant was fitted on it.
+The held-out split is aiconfigurator-core's silicon sample; no constant was fitted on it.  Each
+row is predicted under its source's load protocol (data/protocols.csv) and compared mean to mean.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from koi.surrogate import SurrogateConfig
 
 # Issue 4 targets (median APE, %): TPOT and throughput 25, TTFT 50.
 TARGET = {"tpot_ms": 25.0, "throughput_tok_s": 25.0, "ttft_ms": 50.0}
+# Issue 22: every held-out row scored with its engine and its source's protocol, mean vs mean.
+REPLAY_TTFT_TARGET = 40.0
 
 
 def test_fixture_covers_three_gpus_and_three_models_with_sources() -> None:
@@ -28,6 +31,7 @@ def test_heldout_error_of_koi_predict_replay() -> None:
     ape = median_ape(rows("heldout"), SurrogateConfig(), replay=True)
     for key, limit in TARGET.items():
         assert ape[key] <= limit, (key, ape[key])
+    assert ape["ttft_ms"] <= REPLAY_TTFT_TARGET, ape["ttft_ms"]
 
 
 def test_heldout_error_of_closed_form_screen_within_all_targets() -> None:

@@ -83,10 +83,22 @@ def test_fp8_kv_cache_raises_capacity() -> None:
     # Asked for by flag (vLLM --kv-cache-dtype fp8): about twice the tokens.
     bf16, fp8 = kv(engine="vllm", quant="fp8"), kv(engine="vllm", quant="fp8", kv_cache_dtype="fp8")
     assert fp8 == pytest.approx(2 * bf16, rel=0.01)
-    # TensorRT-LLM takes an FP8 checkpoint's KV dtype when left at "auto"; vLLM does not.
-    trt_auto = kv(engine="trtllm", quant="fp8")
-    assert trt_auto == kv(engine="trtllm", quant="fp8", kv_cache_dtype="fp8")
-    assert trt_auto > 1.5 * bf16
+    # An engine that takes an FP8 checkpoint's KV dtype at "auto" (TensorRT-LLM with a checkpoint
+    # carrying FP8 KV scales) gets the FP8 capacity without the flag; vLLM does not.
+    eng = dict(cfg.engines)
+    carries = attrs.evolve(
+        cfg, engines=eng | {"trtllm": attrs.evolve(eng["trtllm"], fp8_checkpoint_kv=True)}
+    )
+    trt = Config(tp=2, engine="trtllm", quant="fp8")
+    plain = feasibility(gpu, model, trt, cfg=cfg).kv_capacity_tokens
+    fp8_ckpt = feasibility(gpu, model, trt, cfg=carries).kv_capacity_tokens
+    assert fp8_ckpt == pytest.approx(2 * plain, rel=0.01)
+    assert (
+        kv(engine="vllm", quant="fp8")
+        == feasibility(
+            gpu, model, Config(tp=2, engine="vllm", quant="fp8"), cfg=carries
+        ).kv_capacity_tokens
+    )
 
 
 def test_engines_size_their_kv_pools_differently() -> None:

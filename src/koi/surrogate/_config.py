@@ -110,8 +110,10 @@ class EngineProfile:
         default="utilization",
         validator=attrs.validators.in_(("utilization", "free_fraction", "static_fraction")),
     )
-    # Whether an FP8 checkpoint brings an FP8 KV cache when the KV dtype is left at "auto"
-    # (TensorRT-LLM takes the checkpoint's KV quantisation; vLLM and SGLang keep the model dtype).
+    # Whether an FP8 checkpoint brings an FP8 KV cache when the KV dtype is left at "auto":
+    # TensorRT-LLM takes the checkpoint's KV quantisation when the checkpoint carries one (e.g.
+    # ModelOpt's kv_cache_quant_algo FP8).  Off by default: whether a given FP8 checkpoint
+    # carries it is per checkpoint, so set it, or Config.kv_cache_dtype="fp8", when it does.
     fp8_checkpoint_kv: bool = attrs.field(
         default=False, validator=attrs.validators.instance_of(bool)
     )
@@ -148,9 +150,7 @@ _ENGINES = {
     "sglang": EngineProfile(
         base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False, kv_memory_rule="static_fraction"
     ),
-    "trtllm": EngineProfile(
-        base_ms=0.6, per_seq_ms=0.006, kv_memory_rule="free_fraction", fp8_checkpoint_kv=True
-    ),
+    "trtllm": EngineProfile(base_ms=0.6, per_seq_ms=0.006, kv_memory_rule="free_fraction"),
 }
 # Collectives per interconnect kind.  pcie (peer-to-peer) and pcie_no_p2p: least-squares fit on
 # aiconfigurator-core's measured NCCL all-reduce tables (benchmarks/fit_collectives.py,

@@ -74,11 +74,11 @@ def predict_serving(
     loop, Poisson arrivals) or ``concurrency`` (closed loop over all replicas: the clients
     start together and run ``10 · concurrency`` fixed-length requests).  Every TTFT carries
     the engine's per-request floor (``EngineProfile.request_floor_ms``).  Infeasible
-    deployments come back with ``feasible=False`` and a reason, never an exception.  With ``profiles`` (e.g. the
-    ``aic`` backend) measured step times are used where covered, with nearest-architecture
-    substitution among ``candidates`` (``substituted_from`` names the stand-in).  With an
-    ``environment`` the GPUs talk over that instance type's interconnect (e.g. PCIe without
-    peer-to-peer) instead of the GPU's catalog link.
+    deployments come back with ``feasible=False`` and a reason, never an exception.  With
+    ``profiles`` (e.g. the ``aic`` backend) measured step times are used where covered, with
+    nearest-architecture substitution among ``candidates`` (``substituted_from`` names the
+    stand-in).  With an ``environment`` the GPUs talk over that instance type's interconnect
+    (e.g. PCIe without peer-to-peer) instead of the GPU's catalog link.
     """
     cfg = cfg or SurrogateConfig()
     if protocol is not None and (rate_rps is not None or concurrency is not None):
