@@ -121,7 +121,10 @@ class Thompson:
             post = self.posteriors.get(obs.job_id, {}).get(arm_of(obs.chain))
             if job is None or post is None or obs.requests <= 0:
                 continue
-            cost = obs.outcomes.cost_per_mtok_usd
+            needed = ("p99_ttft_ms", "p99_tpot_ms") if job.is_online else ("slo_margin",)
+            if any(v in obs.missing for v in needed):
+                continue  # telemetry that did not measure the SLO cannot score the arm
+            cost = obs.measured("cost_per_mtok_usd") or 0.0
             log_cost = math.log(cost) if 0 < cost < math.inf else None
             post.observe(
                 success=_success(job, obs), log_cost=log_cost, obs_sd=self.cfg.thompson_obs_sd

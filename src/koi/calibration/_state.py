@@ -98,17 +98,18 @@ def swap_budget(regret_signal: float, active_jobs: int, cfg: CalibrationConfig) 
 
 def ideal_point_update(
     z_star: Mapping[Outcome, float] | None,
-    achieved: Outcomes,
+    achieved: Outcomes | Mapping[Outcome, float],
     cfg: CalibrationConfig,
 ) -> dict[Outcome, float]:
     """Track the best outcome achieved, shifted by a margin Δ_j that preserves dominance.
 
     For a maximised objective ``z* = max y + Δ``, for a minimised one ``z* = min y - Δ``, with
-    ``Δ_j = z_margin · |best_j|``.  Non-finite observations (an overloaded window) are ignored.
+    ``Δ_j = z_margin · |best_j|``.  Non-finite observations (an overloaded window) are ignored,
+    and so are outcomes a mapping leaves out (telemetry that did not measure them).
     """
     out: dict[Outcome, float] = dict(z_star or {})
     for o in Outcome:
-        y = achieved.get(o)
+        y = achieved.get(o) if isinstance(achieved, Outcomes) else achieved.get(o, math.nan)
         if not math.isfinite(y):
             continue
         margin = cfg.z_margin * abs(y)

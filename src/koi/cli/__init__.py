@@ -17,6 +17,7 @@ __all__ = ["main"]
 
 # Sub-command modules, in the order ``koi --help`` lists them.
 _COMMANDS: tuple[str, ...] = (
+    "koi.cli._agent",
     "koi.cli._bench",
     "koi.cli._catalog",
     "koi.cli._predict",

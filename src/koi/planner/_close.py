@@ -26,10 +26,17 @@ def closed_state(
     result: TickResult,
     ledger: Mapping[tuple[str, Chain], LedgerEntry],
     cfg: KoiConfig,
+    *,
+    applied: bool = True,
 ) -> PlannerState:
-    """``state`` after the tick: the new ledger, the calibration step, the tick counter."""
+    """``state`` after the tick: the new ledger, the calibration step, the tick counter.
+
+    An advisory tick (``applied`` false) changed nothing in the fleet: no reconfiguration for
+    the slow loop's λ to follow."""
     active = len(snapshot.active)
-    reconfigured = sum(a.kind is ActionKind.RECONFIGURE for a in result.plan.actions)
+    reconfigured = (
+        sum(a.kind is ActionKind.RECONFIGURE for a in result.plan.actions) if applied else 0
+    )
     calibration = state.calibration
     if not result.fallback and cfg.planner.learning:
         calibration = calibration.observe(
@@ -48,10 +55,11 @@ def closed_state(
     )
 
 
-def tick_report(state: PlannerState, result: TickResult) -> dict[str, Any]:
+def tick_report(state: PlannerState, result: TickResult, *, launched: bool) -> dict[str, Any]:
     """What ``koi_plan_committed`` hooks receive with the plan."""
     return {
         "tick": state.tick,
+        "launched": launched,
         "selector": result.selector_status,
         "knobs": dict(result.knobs),
         "errors": list(result.errors),

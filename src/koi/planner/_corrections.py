@@ -231,19 +231,37 @@ def correction_moved(
     return any(abs(math.log(b[i] / a[i])) > threshold for i in index)
 
 
+def observed_value(o: Observation, variable: str, predicted: float) -> float | None:
+    """The observed value the learning compares with ``predicted``: ``None`` when it was not
+    measured; inside a resolution interval (a histogram bucket), the point of the interval
+    nearest the prediction, so that only the part of a miss that the measurement's resolution
+    cannot explain counts as evidence."""
+    value = o.measured(variable)
+    if value is None:
+        return None
+    bounds = o.bounds(variable)
+    if bounds is None or not math.isfinite(predicted):
+        return value
+    return bounds.closest(predicted)
+
+
 def correction_samples(
     skey: str, o: Observation, rp: RankPrediction, in_force: RankCorrection
 ) -> list[tuple[str, str, float, float, float]]:
-    """Implied correction samples from one observation (see the module docstring)."""
-    samples = [
-        (skey, DECODE_TIME, in_force.decode_time, o.outcomes.p99_tpot_ms, rp.outcomes.p99_tpot_ms)
-    ]
+    """Implied correction samples from one observation (see the module docstring).
+
+    Variables the observation did not measure give no sample."""
+    samples = []
+    tpot_pred = rp.outcomes.p99_tpot_ms
+    if (tpot := observed_value(o, Outcome.TPOT.value, tpot_pred)) is not None:
+        samples.append((skey, DECODE_TIME, in_force.decode_time, tpot, tpot_pred))
     # p99 TTFT mixes prefill with queueing behind decode steps, so no single step-time factor
     # explains it; it gets a direct outcome factor (the prediction scales with it exactly).
-    ttft = (o.outcomes.p99_ttft_ms, rp.outcomes.p99_ttft_ms)
-    samples.append((skey, Outcome.TTFT.value, in_force.outcome(Outcome.TTFT), *ttft))
+    ttft_pred = rp.outcomes.p99_ttft_ms
+    if (ttft := observed_value(o, Outcome.TTFT.value, ttft_pred)) is not None:
+        samples.append((skey, Outcome.TTFT.value, in_force.outcome(Outcome.TTFT), ttft, ttft_pred))
     for m in Mediator:
-        samples.append(
-            (skey, m.value, in_force.mediator(m), o.mediators.get(m), rp.mediators.get(m))
-        )
+        pred = rp.mediators.get(m)
+        if (obs := observed_value(o, m.value, pred)) is not None:
+            samples.append((skey, m.value, in_force.mediator(m), obs, pred))
     return samples

@@ -28,6 +28,7 @@ from koi.planner._corrections import (
     correction_moved,
     correction_samples,
     correction_signature,
+    observed_value,
 )
 from koi.planner._report import LearnReport
 from koi.planner._state import DetectorKey, PlannerState
@@ -195,7 +196,7 @@ def compare(
                 detectors[key] = detectors.get(key, Detector(cfg=cfg.cusum)).step(r)
                 touched[key] = True
                 new_residuals.append((stratum, variable, r))
-            covered.extend(_covered(o.outcomes, rp.outcomes, state, stratum, cfg))
+            covered.extend(_covered(o, rp.outcomes, state, stratum, cfg))
             samples.extend(correction_samples(skey, o, rp, in_force))
             rank = Rank(o.chain, max(o.replicas_up, 1))
             evaluated.append((stratum, RankContext.from_rank(rank, spec, gpu, job), rank))
@@ -338,8 +339,16 @@ def _predict_observed(
 
 
 def _pairs(o: Observation, rp: RankPrediction) -> list[tuple[str, float, float]]:
-    out = [(oc.value, o.outcomes.get(oc), rp.outcomes.get(oc)) for oc in Outcome]
-    out.extend((m.value, o.mediators.get(m), rp.mediators.get(m)) for m in Mediator)
+    """(variable, observed, predicted) for every variable the observation measured."""
+    out = []
+    for oc in Outcome:
+        pred = rp.outcomes.get(oc)
+        if (obs := observed_value(o, oc.value, pred)) is not None:
+            out.append((oc.value, obs, pred))
+    for m in Mediator:
+        pred = rp.mediators.get(m)
+        if (obs := observed_value(o, m.value, pred)) is not None:
+            out.append((m.value, obs, pred))
     return out
 
 
@@ -355,16 +364,21 @@ def _residual(variable: str, observed: float, predicted: float) -> float:
 
 
 def _covered(
-    observed: Outcomes,
+    observed: Observation,
     predicted: Outcomes,
     state: PlannerState,
     stratum: Stratum,
     cfg: KoiConfig,
 ) -> list[bool]:
-    """Was each banded outcome inside the band built from the history before this tick?"""
+    """Was each banded outcome inside the band built from the history before this tick?
+
+    Outcomes the observation did not measure are not counted either way."""
     out = []
     for oc in BAND_OUTCOMES:
-        y, yhat = observed.get(oc), predicted.get(oc)
+        yhat = predicted.get(oc)
+        y = observed_value(observed, oc.value, yhat)
+        if y is None:
+            continue
         if not (math.isfinite(y) and math.isfinite(yhat)):
             out.append(False)
             continue
@@ -373,24 +387,35 @@ def _covered(
     return out
 
 
-def _job_outcomes(obs: Sequence[Observation]) -> Outcomes | None:
-    """The job-level outcome this window achieved (for the ideal point)."""
+def _job_outcomes(obs: Sequence[Observation]) -> dict[Outcome, float] | None:
+    """The job-level outcomes this window achieved (for the ideal point).
+
+    An outcome that some rank did not measure is left out: a job-level p99 or throughput over
+    part of the ranks would flatter the job."""
     if not any(o.completed for o in obs):
         return None
+
+    def all_measured(oc: Outcome) -> bool:
+        return all(oc.value not in o.missing for o in obs)
+
+    out: dict[Outcome, float] = {}
     tput = sum(o.outcomes.throughput_tok_s for o in obs)
-    cost_parts = [
-        o.outcomes.cost_per_mtok_usd * o.outcomes.throughput_tok_s
-        for o in obs
-        if math.isfinite(o.outcomes.cost_per_mtok_usd)
-    ]
-    cost = sum(cost_parts) / tput if tput > 0 else math.inf
-    return Outcomes(
-        cost_per_mtok_usd=cost,
-        p99_ttft_ms=max(o.outcomes.p99_ttft_ms for o in obs),
-        p99_tpot_ms=max(o.outcomes.p99_tpot_ms for o in obs),
-        throughput_tok_s=tput,
-        slo_margin=min(o.outcomes.slo_margin for o in obs),
-    )
+    if all_measured(Outcome.THROUGHPUT):
+        out[Outcome.THROUGHPUT] = tput
+        if all_measured(Outcome.COST):
+            cost_parts = [
+                o.outcomes.cost_per_mtok_usd * o.outcomes.throughput_tok_s
+                for o in obs
+                if math.isfinite(o.outcomes.cost_per_mtok_usd)
+            ]
+            out[Outcome.COST] = sum(cost_parts) / tput if tput > 0 else math.inf
+    if all_measured(Outcome.TTFT):
+        out[Outcome.TTFT] = max(o.outcomes.p99_ttft_ms for o in obs)
+    if all_measured(Outcome.TPOT):
+        out[Outcome.TPOT] = max(o.outcomes.p99_tpot_ms for o in obs)
+    if all_measured(Outcome.SLO_MARGIN):
+        out[Outcome.SLO_MARGIN] = min(o.outcomes.slo_margin for o in obs)
+    return out
 
 
 def _mediator_stars(

@@ -160,6 +160,8 @@ class Planner:
         self,
         snapshot: ClusterSnapshot | None = None,
         observations: Sequence[Observation] | None = None,
+        *,
+        launch: bool = True,
     ) -> TickResult:
         """Run S0–S7 once and return the committed plan with its justification.
 
@@ -167,6 +169,10 @@ class Planner:
         the ``koi_collect_telemetry`` hooks report.  Bad input raises :class:`KoiError` before
         any state changes; a failure inside a stage gives the safe plan (keep every active job,
         defer every pending one) with the error in the result.
+
+        ``launch=False`` is advisory mode (``koi agent --dry-run``): the plan is made, reported
+        and checkpointed, but no ``koi_launch`` hook is called and the prediction ledger keeps
+        describing the ladders that really run, since nothing changed in the fleet.
         """
         watch = _Stopwatch()
         snapshot = take_snapshot(snapshot, self.host, self.models)  # S0: bad input raises here
@@ -187,18 +193,25 @@ class Planner:
         except Exception as exc:
             errors.append(f"internal error: {exc!r}\n{traceback.format_exc(limit=4)}")
             state, result = self.state, fallback_result(snapshot, self.state, errors)
-        launched = None if result.fallback else self.host.launch(result.plan)  # S6 launch
-        ledger = ledger_after_launch(
-            state,
-            snapshot,
-            result.plan,
-            launched,
-            surrogate=self.surrogate,
-            gpus=self.gpus,
-            models=self.models,
-            cfg=self.config,
+        applied = launch and not result.fallback
+        launched = self.host.launch(result.plan) if applied else None  # S6 launch
+        # Advisory: the fleet runs what it ran, and so do the predictions in the ledger.
+        ledger = (
+            ledger_after_launch(
+                state,
+                snapshot,
+                result.plan,
+                launched,
+                surrogate=self.surrogate,
+                gpus=self.gpus,
+                models=self.models,
+                cfg=self.config,
+            )
+            if launch
+            else dict(state.ledger)
         )
-        self._close(closed_state(state, snapshot, result, ledger, self.config), result)  # S7
+        closed = closed_state(state, snapshot, result, ledger, self.config, applied=launch)
+        self._close(closed, result, launched=applied)  # S7
         watch.lap("S7_close")
         return attrs.evolve(result, timings_s=dict(watch.timings))
 
@@ -390,9 +403,9 @@ class Planner:
         return self._exercised
 
     # ---- S7 -----------------------------------------------------------------------------------
-    def _close(self, state: PlannerState, result: TickResult) -> None:
+    def _close(self, state: PlannerState, result: TickResult, *, launched: bool) -> None:
         """Keep the new state, checkpoint it and tell the audit hooks."""
         self.state = state
         if self.state_path is not None:
             save_checkpoint(self.state_path, state.to_data())
-        self.host.plan_committed(result.plan, tick_report(state, result))
+        self.host.plan_committed(result.plan, tick_report(state, result, launched=launched))

@@ -26,7 +26,7 @@ from koi.types._snapshot import (
     Plan,
     Quota,
 )
-from koi.types._telemetry import Mediators, Observation, Outcomes
+from koi.types._telemetry import Mediators, Observation, Outcomes, Resolution, variable_names
 from koi.types._workload import (
     MIN_BATCH_WINDOW_S,
     Job,
@@ -67,6 +67,7 @@ __all__ = [
     "Quant",
     "Quota",
     "Rank",
+    "Resolution",
     "Routing",
     "ServingTarget",
     "WorkloadProfile",
@@ -75,4 +76,5 @@ __all__ = [
     "to_data",
     "to_json",
     "to_market",
+    "variable_names",
 ]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import attrs
 
 from koi.errors import InvalidInput
@@ -14,9 +17,10 @@ from koi.types.validators import (
     non_negative,
     non_negative_int,
     non_negative_or_inf,
+    to_tuple,
 )
 
-__all__ = ["Mediators", "Observation", "Outcomes"]
+__all__ = ["Mediators", "Observation", "Outcomes", "Resolution", "variable_names"]
 
 
 @attrs.frozen
@@ -69,12 +73,80 @@ class Mediators:
         return {m: self.get(m) for m in Mediator}
 
 
+def variable_names() -> frozenset[str]:
+    """Every variable an observation can carry: the outcome and mediator field names."""
+    return _VARIABLES
+
+
+_VARIABLES = frozenset(o.value for o in Outcome) | frozenset(m.value for m in Mediator)
+
+
+def _names(value: object) -> tuple[str, ...]:
+    """Converter: any iterable of variable names becomes a sorted, duplicate-free tuple."""
+    if isinstance(value, str):
+        return (value,)  # the validator names the field if this is not a variable
+    return tuple(sorted(set(value)))  # type: ignore[call-overload]
+
+
+def _known_variables(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, tuple):
+        raise InvalidInput(f"{attribute.name}: must be a list of variable names, got {value!r}")
+    unknown = [v for v in value if v not in _VARIABLES]
+    if unknown:
+        raise InvalidInput(f"{attribute.name}: unknown variable(s) {unknown}")
+
+
+@attrs.frozen
+class Resolution:
+    """Where a measured value really lies: somewhere in ``[low, high]``.
+
+    A p99 read from a latency histogram is an interpolation inside the bucket that holds the
+    99th percentile; the true p99 can be anywhere in that bucket.  ``high`` may be infinite (the
+    quantile fell in the ``+Inf`` bucket: the value is at least ``low``).
+
+    .. versionadded:: 0.1
+    """
+
+    variable: str = attrs.field(validator=identifier)
+    low: float = attrs.field(validator=non_negative)
+    high: float = attrs.field(validator=non_negative_or_inf)
+
+    def __attrs_post_init__(self) -> None:
+        if self.variable not in _VARIABLES:
+            raise InvalidInput(f"variable: unknown variable {self.variable!r}")
+        if self.high < self.low:
+            raise InvalidInput(f"high: must be >= low ({self.low}), got {self.high}")
+
+    @property
+    def relative_width(self) -> float:
+        """``(high - low) / high``: 0 for an exact value, 1 for a bucket that starts at 0."""
+        if self.high == 0:
+            return 0.0
+        if math.isinf(self.high):
+            return 1.0
+        return (self.high - self.low) / self.high
+
+    def closest(self, value: float) -> float:
+        """The point of ``[low, high]`` nearest ``value`` (``value`` itself when inside)."""
+        return min(self.high, max(self.low, value))
+
+
 @attrs.frozen
 class Observation:
     """Telemetry for one deployed rank over one window ``[start_s, end_s)``.
 
     p99s in ``outcomes`` are computed from the window's request samples, never averaged.
     ``replicas_up`` counts replicas that actually serve (a launch can partially fail).
+
+    A real telemetry source rarely measures everything: the names in ``missing`` (outcome and
+    mediator field names, e.g. ``"comm_share"``) were **not measured**, and their values in
+    ``outcomes`` / ``mediators`` are placeholders (0) that nothing may read; use
+    :meth:`measured`, which returns ``None`` for them.  ``resolution`` says, for values read
+    from coarse data such as histogram buckets, the interval the true value lies in; the
+    planner's learning counts only the part of a miss that the interval cannot explain.
+
+    .. versionchanged:: 0.1
+       ``missing`` and ``resolution`` (both empty by default).
     """
 
     job_id: str = attrs.field(validator=identifier)
@@ -87,8 +159,42 @@ class Observation:
     outcomes: Outcomes
     mediators: Mediators
     healthy: bool = True
+    missing: tuple[str, ...] = attrs.field(default=(), converter=_names, validator=_known_variables)
+    resolution: tuple[Resolution, ...] = attrs.field(default=(), converter=to_tuple)
 
     def __attrs_post_init__(self) -> None:
         if self.end_s <= self.start_s:
             msg = f"end_s: must be > start_s ({self.start_s}), got {self.end_s}"
             raise InvalidInput(msg)
+        seen: set[str] = set()
+        items: tuple[object, ...] = self.resolution
+        for k, item in enumerate(items):
+            if not isinstance(item, Resolution):
+                msg = f"resolution[{k}]: expected a Resolution, got {type(item).__name__}"
+                raise InvalidInput(msg)
+            r = item
+            if r.variable in seen:
+                raise InvalidInput(f"resolution[{k}]: {r.variable!r} is given twice")
+            if r.variable in self.missing:
+                raise InvalidInput(f"resolution[{k}]: {r.variable!r} is listed as missing")
+            seen.add(r.variable)
+
+    def measured(self, variable: Outcome | Mediator | str) -> float | None:
+        """The measured value of an outcome or mediator, or ``None`` if it was not measured."""
+        name = str(variable.value if isinstance(variable, Outcome | Mediator) else variable)
+        if name in self.missing:
+            return None
+        if name in _OUTCOME_NAMES:
+            return self.outcomes.get(Outcome(name))
+        if name in _MEDIATOR_NAMES:
+            return self.mediators.get(Mediator(name))
+        raise InvalidInput(f"variable: unknown variable {name!r}")
+
+    def bounds(self, variable: Outcome | Mediator | str) -> Resolution | None:
+        """The interval a measured value lies in, when the source gave one."""
+        name = str(variable.value if isinstance(variable, Outcome | Mediator) else variable)
+        return next((r for r in self.resolution if r.variable == name), None)
+
+
+_OUTCOME_NAMES = frozenset(o.value for o in Outcome)
+_MEDIATOR_NAMES = frozenset(m.value for m in Mediator)

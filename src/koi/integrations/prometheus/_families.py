@@ -1,0 +1,87 @@
+"""Which metric families each inference engine exposes, under every spelling seen in the wild.
+
+vLLM registers names with a colon (``vllm:time_to_first_token_seconds``); some exporters,
+OpenTelemetry pipelines and newer Prometheus name translations store them with an underscore
+(``vllm_time_to_first_token_seconds``).  Every family is therefore a regular expression on
+``__name__`` (PromQL anchors it), e.g. ``vllm[:_]time_to_first_token_seconds``.  Renamed metrics
+are alternatives in one expression (vLLM's ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``;
+``time_per_output_token_seconds`` became ``inter_token_latency_seconds``).
+"""
+
+from __future__ import annotations
+
+import attrs
+
+__all__ = ["ENGINES", "EngineMetrics"]
+
+
+@attrs.frozen
+class EngineMetrics:
+    """Metric-name expressions of one engine (``None``: the engine has no such metric).
+
+    Histograms are named without the ``_bucket`` suffix; counters with their ``_total``.
+
+    - ``ttft``, ``itl``, ``e2e``: time to first token, inter-token latency and end-to-end
+      request latency histograms (seconds).
+    - ``request_tpot``: per-request time per output token histogram (seconds), which is what
+      koi's ``p99_tpot_ms`` means; where an engine lacks it the inter-token latency stands in.
+    - ``generation_tokens``: generated-token counter (output throughput).
+    - ``kv_cache``: KV-cache use gauge, a fraction in [0, 1].
+    - ``running`` / ``waiting``: requests in the running batch / in the queue (gauges).
+    - ``preemptions``: preemption counter.
+
+    .. versionadded:: 0.1
+    """
+
+    ttft: str
+    itl: str
+    e2e: str
+    generation_tokens: str
+    kv_cache: str
+    running: str
+    waiting: str
+    request_tpot: str | None = None
+    preemptions: str | None = None
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(
+            n
+            for n in (
+                self.ttft,
+                self.itl,
+                self.e2e,
+                self.request_tpot,
+                self.generation_tokens,
+                self.kv_cache,
+                self.running,
+                self.waiting,
+                self.preemptions,
+            )
+            if n is not None
+        )
+
+
+VLLM = EngineMetrics(
+    ttft="vllm[:_]time_to_first_token_seconds",
+    itl="vllm[:_](?:inter_token_latency_seconds|time_per_output_token_seconds)",
+    e2e="vllm[:_]e2e_request_latency_seconds",
+    request_tpot="vllm[:_]request_time_per_output_token_seconds",
+    generation_tokens="vllm[:_]generation_tokens_total",
+    kv_cache="vllm[:_](?:kv_cache_usage_perc|gpu_cache_usage_perc)",
+    running="vllm[:_]num_requests_running",
+    waiting="vllm[:_]num_requests_waiting",
+    preemptions="vllm[:_]num_preemptions_total",
+)
+
+SGLANG = EngineMetrics(
+    ttft="sglang[:_]time_to_first_token_seconds",
+    itl="sglang[:_](?:inter_token_latency_seconds|time_per_output_token_seconds)",
+    e2e="sglang[:_]e2e_request_latency_seconds",
+    generation_tokens="sglang[:_]generation_tokens_total",
+    kv_cache="sglang[:_]token_usage",
+    running="sglang[:_]num_running_reqs",
+    waiting="sglang[:_]num_queue_reqs",
+)
+
+#: engine name (``Config.engine``) -> its metric families
+ENGINES: dict[str, EngineMetrics] = {"vllm": VLLM, "sglang": SGLANG}
