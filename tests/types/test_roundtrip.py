@@ -30,6 +30,7 @@ STRATEGIES: dict[str, st.SearchStrategy[Any]] = {
     "Outcomes": kt.outcomes(allow_infinity=True),
     "Mediators": kt.mediators(),
     "Observation": kt.observations(),
+    "Resolution": kt.resolutions(),
     "ActiveDeployment": kt.active_deployments(),
     "ClusterSnapshot": kt.snapshots(),
     "JobAction": kt.job_actions(),

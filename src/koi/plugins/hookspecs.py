@@ -73,6 +73,9 @@ def koi_collect_telemetry(
     :param ranks: ``(job_id, rank)`` pairs currently deployed, sorted by job id.
     :param window: ``(start_s, end_s)``, host time; observations must lie inside it.
     :returns: :class:`~koi.types.Observation` values, or plain ``dict`` s in their JSON shape.
+        A variable the source did not measure goes into ``Observation.missing`` (never a 0
+        that would read as a measurement); a value read from coarse data (a p99 from a
+        histogram bucket) may carry its interval in ``Observation.resolution``.
 
     Failure policy: a source that raises is skipped and reported as a
     :class:`~koi.errors.PluginError` in :class:`~koi.plugins.TelemetryBatch.errors`; a single

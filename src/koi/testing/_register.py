@@ -26,6 +26,7 @@ from koi.types import (
     Pool,
     Quota,
     Rank,
+    Resolution,
     ServingTarget,
     WorkloadProfile,
 )
@@ -59,6 +60,7 @@ def register_type_strategies() -> None:
         Outcomes: s.outcomes(),
         Mediators: s.mediators(),
         Observation: s.observations(),
+        Resolution: s.resolutions(),
         ActiveDeployment: s.active_deployments(),
         ClusterSnapshot: s.snapshots(),
         JobAction: s.job_actions(),

@@ -49,9 +49,11 @@ from koi.types import (
     Quant,
     Quota,
     Rank,
+    Resolution,
     Routing,
     ServingTarget,
     WorkloadProfile,
+    variable_names,
 )
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "pools",
     "quotas",
     "ranks",
+    "resolutions",
     "snapshots",
     "targets",
     "workloads",
@@ -495,19 +498,48 @@ def mediators() -> st.SearchStrategy[Mediators]:
 
 
 @_lazy
+def resolutions(
+    *, variables: st.SearchStrategy[str] | None = None
+) -> st.SearchStrategy[Resolution]:
+    """Intervals ``[low, high]`` (``high`` sometimes infinite) for a measured variable."""
+    var_st = st.sampled_from(sorted(variable_names())) if variables is None else variables
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Resolution:
+        low = draw(_floats(0.0, 1e5))
+        width = draw(st.one_of(_floats(0.0, 1e5), st.just(math.inf)))
+        return Resolution(draw(var_st), low, low + width)
+
+    return build()
+
+
+@_lazy
 def observations(
     *,
     job_ids: st.SearchStrategy[str] | None = None,
     chains: st.SearchStrategy[Chain] | None = None,
+    partial: bool = True,
 ) -> st.SearchStrategy[Observation]:
-    """Observations over a window of positive length; ``completed <= requests``."""
+    """Observations over a window of positive length; ``completed <= requests``.
+
+    With ``partial`` (the default) some draw variables as ``missing`` and some carry a
+    ``resolution``, as real telemetry does.
+    """
     id_st = _default_names() if job_ids is None else job_ids
     chain_st = _chains_default() if chains is None else chains
+    names = sorted(variable_names())
 
     @st.composite
     def build(draw: st.DrawFn) -> Observation:
         start = draw(_floats(0.0, 1e6))
         requests = draw(st.integers(0, 1_000_000))
+        missing: list[str] = []
+        resolution: list[Resolution] = []
+        if partial:
+            missing = draw(st.lists(st.sampled_from(names), unique=True, max_size=4))
+            measured = [n for n in names if n not in missing]
+            coarse = draw(st.lists(st.sampled_from(measured), unique=True, max_size=2))
+            resolution = [draw(resolutions(variables=st.just(v))) for v in coarse]
         return Observation(
             job_id=draw(id_st),
             chain=draw(chain_st),
@@ -519,6 +551,8 @@ def observations(
             outcomes=draw(outcomes()),
             mediators=draw(mediators()),
             healthy=draw(st.booleans()),
+            missing=missing,
+            resolution=resolution,
         )
 
     return build()
