@@ -323,7 +323,7 @@ class Agent:
         proposer_s = cfg.koi.planner.proposer_timeout_s or 0.0  # None: no deadline to wait out
         limit = 2 * cfg.tick_s + proposer_s * 4 + 60.0
         since = now - (last["started_at"] + last["duration_s"]) if last else now - self.started_at
-        ok = since <= limit and not (self._stop.is_set() and not self._in_tick and last is None)
+        ok = since <= limit
         body = {
             "status": "ok" if ok else "stale",
             "seconds_since_last_tick": since,
