@@ -43,9 +43,12 @@ def test_the_example_config_loads() -> None:
         ),
         ("[agent]\ntick_s = 1", "plugins: no plugin is named"),
         ("[[plugins]]\nscenario = 'smoke'", "plugins[0].use: must name a plugin"),
-        ("[[plugins]]\nuse='x:y'\n[koi.planer]\ntau = 0.2", "koi.planer: unknown section"),
-        ("[[plugins]]\nuse='x:y'\n[koi.planner]\ntua = 0.2", "koi.planner.tua: unknown setting"),
-        ("[[plugins]]\nuse='x:y'\n[koi.planner]\ntau = 2.0", "koi.planner: tau: must be in [0, 1]"),
+        (
+            "[[plugins]]\nuse='x:y'\n[koi.planer]\ntau = 0.2",
+            "koi.planer.tau: knob 'planer.tau': KoiConfig has no field 'planer'",
+        ),
+        ("[[plugins]]\nuse='x:y'\n[koi.planner]\ntua = 0.2", "koi.planner.tua: knob 'planner.tua'"),
+        ("[[plugins]]\nuse='x:y'\n[koi.planner]\ntau = 2.0", "koi.planner.tau: knob 'planner.tau'"),
         ("[[plugins]]\nuse='x:y'\n[fleet]\nx = 1", "fleet: unknown table"),
     ],
 )

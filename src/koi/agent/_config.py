@@ -14,7 +14,7 @@ from typing import Any
 
 import attrs
 
-from koi.config import KoiConfig
+from koi.config import KoiConfig, with_knobs
 from koi.errors import InvalidInput, KoiError
 from koi.plugins import PROJECT
 
@@ -83,30 +83,28 @@ def _number(source: str, key: str, value: object, *, low: float, integer: bool =
     return value
 
 
+def _knobs(prefix: str, table: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``{"planner": {"tau": 0.2}}`` -> ``[("planner.tau", 0.2)]``."""
+    out: list[tuple[str, Any]] = []
+    for key, value in table.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.extend(_knobs(path, value))
+        else:
+            out.append((path, value))
+    return out
+
+
 def _koi_config(source: str, data: object) -> KoiConfig:
-    """``[koi.<section>]`` tables override fields of :class:`KoiConfig`'s sections."""
+    """``[koi.<section>]`` tables set fields of :class:`KoiConfig` (as :func:`with_knobs`)."""
     if not isinstance(data, Mapping):
         raise _fail(source, "koi", "must be a table of [koi.<section>] tables")
     cfg = KoiConfig()
-    sections = {f.name for f in attrs.fields(KoiConfig)}
-    for name, values in data.items():
-        key = f"koi.{name}"
-        if name not in sections:
-            raise _fail(source, key, f"unknown section (known: {', '.join(sorted(sections))})")
-        if not isinstance(values, Mapping):
-            raise _fail(source, key, "must be a table")
-        section = getattr(cfg, name)
-        known = {f.name for f in attrs.fields(type(section))}
-        for field in values:
-            if field not in known:
-                raise _fail(source, f"{key}.{field}", "unknown setting")
+    for path, value in _knobs("", data):
         try:
-            section = attrs.evolve(section, **values)
+            cfg = with_knobs(cfg, {path: value})
         except KoiError as exc:
-            raise _fail(source, key, str(exc)) from None
-        except (TypeError, ValueError) as exc:
-            raise _fail(source, key, str(exc)) from None
-        cfg = attrs.evolve(cfg, **{name: section})
+            raise _fail(source, f"koi.{path}", str(exc)) from None
     return cfg
 
 
