@@ -83,7 +83,7 @@ def test_agent_runs_is_scraped_stops_on_sigterm_and_resumes(tmp_path: Path) -> N
     config = tmp_path / "koi.toml"
     config.write_text(
         "[agent]\ntick_s = 0.2\nstate = 'state/koi.json'\nport = 0\n"
-        "[koi.planner]\nsolver_time_limit_s = 0.5\n"
+        "[koi.selector]\ntime_limit_s = 0.5\n"
         "[[plugins]]\nuse = 'koi.agent:SimulatedFleet'\nscenario = 'smoke'\n"
         "state = 'state/fleet.pkl'\n",
         encoding="utf-8",

@@ -18,7 +18,7 @@ def test_the_example_config_loads() -> None:
     assert cfg.tick_s == 2.0
     assert cfg.port == 9464
     assert cfg.host == "127.0.0.1"
-    assert cfg.koi.planner.solver_time_limit_s == 1.0
+    assert cfg.koi.selector.time_limit_s == 1.0
     (spec,) = cfg.plugins
     assert spec.use == "koi.agent:SimulatedFleet"
     assert dict(spec.options) == {

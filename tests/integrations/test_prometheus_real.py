@@ -178,10 +178,11 @@ def test_observation_carries_p99s_their_resolution_and_what_is_missing(fleet: Fl
         tpot = o.bounds("p99_tpot_ms")
         assert tpot is not None
         assert tpot.low <= _nth(s[tpot_family] * 1000, 0.99) <= tpot.high
-        assert N <= o.requests <= 1.5 * N  # rate() extrapolates a little past the samples
+        # rate() extrapolates past the samples, more so when scrapes run late on a busy host.
+        assert N <= o.requests <= 2.0 * N
         tokens = fleet.tokens[name]
         span = fleet.end - fleet.start
-        assert tokens <= o.outcomes.throughput_tok_s * span <= 1.5 * tokens
+        assert tokens <= o.outcomes.throughput_tok_s * span <= 2.0 * tokens
         assert o.mediators.mean_batch_size == pytest.approx(8.0)
         assert o.mediators.queue_depth == pytest.approx(2.0)
         assert o.replicas_up == 1
