@@ -41,6 +41,12 @@ class PlannerConfig:
     An online job whose observed request rate exceeds its declared rate by more than
     ``drift_tolerance`` is planned for the observed rate (workload drift).
     ``decide_after`` quiet CUSUM samples make a variable "match" for the quadrants.
+    ``tick_deadline_s`` bounds a whole tick in wall-clock time (snapshot, telemetry, proposals,
+    selection, launch and audit plugins): a plugin still running at its deadline is abandoned
+    and reported, and a tick whose planning runs out of time returns the safe plan.  ``None``
+    (as ``koi bench`` runs) means no deadline, so that decisions never depend on machine speed.
+    A snapshot of more than ``max_jobs`` jobs is refused with a clear error (S0) rather than
+    planned past any reasonable tick time.
     ``learning`` and ``causal_graph`` exist for the ablations: without learning the evidence
     state never changes (``koi-frozen``); without the causal graph there are no strata, no
     mechanisms and no exploration, and evidence is pooled fleet-wide (``koi-nograph``).
@@ -55,6 +61,8 @@ class PlannerConfig:
     decide_after: int = attrs.field(default=4, validator=positive_int)
     replay_top: int = attrs.field(default=1, validator=non_negative_int)
     drift_tolerance: float = attrs.field(default=0.15, validator=fraction)
+    max_jobs: int = attrs.field(default=1000, validator=positive_int)
+    tick_deadline_s: float | None = attrs.field(default=120.0, validator=optional(positive))
     learning: bool = True
     causal_graph: bool = True
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "CycleError",
+    "DeadlineError",
     "InfeasibleError",
     "InvalidInput",
     "KoiError",
@@ -50,6 +51,10 @@ class InfeasibleError(SolverError):
 
 class SolverLimitError(SolverError):
     """A time or node limit was reached before any incumbent was found."""
+
+
+class DeadlineError(KoiError, TimeoutError):
+    """A tick ran out of its wall-clock deadline (``PlannerConfig.tick_deadline_s``)."""
 
 
 class StateError(KoiError, RuntimeError):

@@ -225,6 +225,7 @@ def test_a_restarted_agent_resumes_from_the_checkpoint(tmp_path: Path, log: Json
     first.tick_once()
     first.tick_once()
     evidence = first.planner.state.to_data()
+    first.planner.close()  # the old process is gone: its lock on the state file with it
     fleet = SimulatedFleet("smoke", state=state)
     assert fleet.index == 1  # the fleet, too, is where the agent left it
     second = Agent(_config(tmp_path), plugins=[fleet], log=log)

@@ -116,7 +116,7 @@ def test_later_files_win(tmp_path: Path) -> None:
                 'bf16_tflops = 1\nlink = "ethernet"\nlink_gb_s = 1\ngpus_per_node = 1\n'
                 "internode_gb_s = 1\n"
             ),
-            r"bad\.toml: gpus\[0\] \(X2\): link: invalid value .*ethernet",
+            r"bad\.toml: gpus\[0\] \(X2\): link: must be one of .*ethernet",
         ),
         (
             '[[models]]\nname = "M"\nparams_b = 1\nactive_params_b = 1\nlayers = 2\n',

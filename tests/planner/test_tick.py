@@ -160,6 +160,7 @@ def test_resumes_from_its_checkpoint(tmp_path) -> None:  # type: ignore[no-untyp
     world = _one_gpu_world()
     planner = Planner(catalog=CATALOG, state_path=path)
     _run(planner, world, 3)
+    planner.close()  # one planner per state file
     again = Planner(catalog=CATALOG, state_path=path)
     assert again.state.tick == planner.state.tick == 3
     assert again.state.corrections == planner.state.corrections

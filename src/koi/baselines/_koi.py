@@ -19,12 +19,12 @@ def koi_config(name: str, base: KoiConfig | None = None) -> KoiConfig:
     """koi's benchmark configuration for ``koi``, ``koi-frozen`` (no online updates) or
     ``koi-nograph`` (no causal graph: no strata, mechanisms or exploration).
 
-    No wall-clock limit on the proposers or the solver: a benchmark run must depend only on
-    (scenario, seed, planner), never on how busy the machine is."""
+    No wall-clock limit on the proposers, the solver or the tick: a benchmark run must depend
+    only on (scenario, seed, planner), never on how busy the machine is."""
     cfg = base or KoiConfig()
     cfg = attrs.evolve(
         cfg,
-        planner=attrs.evolve(cfg.planner, proposer_timeout_s=None),
+        planner=attrs.evolve(cfg.planner, proposer_timeout_s=None, tick_deadline_s=None),
         selector=attrs.evolve(cfg.selector, time_limit_s=None),
     )
     if name == "koi-frozen":

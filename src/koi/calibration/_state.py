@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import attrs
 
 from koi.calibration._config import CalibrationConfig
+from koi.errors import InvalidInput
 from koi.types import Outcome, Outcomes
-from koi.types.validators import to_tuple
+from koi.types.validators import finite, non_negative, non_negative_int, to_tuple
+
+
+def _finite_items(_inst: object, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
+    """Every element a finite number (the windows are rates in a checkpoint, never NaN)."""
+    for k, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise InvalidInput(f"{attribute.name}[{k}]: must be a finite number, got {v!r}")
+
 
 __all__ = ["CalibrationState", "TickSignals", "ideal_point_update", "regret", "swap_budget"]
 
@@ -31,12 +41,16 @@ class TickSignals:
 class CalibrationState:
     """β_t, λ_t and the windows they are computed from."""
 
-    beta: float
-    lam: float
-    regret: float = 0.0
-    ticks: int = 0
-    q_window: tuple[float, ...] = attrs.field(default=(), converter=to_tuple)
-    reconfig_window: tuple[float, ...] = attrs.field(default=(), converter=to_tuple)
+    beta: float = attrs.field(validator=non_negative)
+    lam: float = attrs.field(validator=non_negative)
+    regret: float = attrs.field(default=0.0, validator=[finite, non_negative])
+    ticks: int = attrs.field(default=0, validator=non_negative_int)
+    q_window: tuple[float, ...] = attrs.field(
+        default=(), converter=to_tuple, validator=_finite_items
+    )
+    reconfig_window: tuple[float, ...] = attrs.field(
+        default=(), converter=to_tuple, validator=_finite_items
+    )
 
     @classmethod
     def initial(cls, *, beta: float, lam: float) -> CalibrationState:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
@@ -53,6 +54,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
     except KoiError as exc:
-        print(f"koi: error: {exc}", file=sys.stderr)
+        return _fail(str(exc))
+    except BrokenPipeError:  # the reader went away (``koi ... | head``): nothing left to say
+        _detach_stdout()
         return 1
+    except UnicodeDecodeError as exc:
+        return _fail(f"input is not UTF-8 text ({exc.reason} at byte {exc.start})")
+    except RecursionError:
+        return _fail("input is nested too deeply")
+    except OSError as exc:  # an unreadable input or an unwritable output
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(f"{where}{exc.strerror or type(exc).__name__}")
     return code
+
+
+def _fail(message: str) -> int:
+    """One line on stderr, never a traceback (DESIGN: bad input exits non-zero)."""
+    print(f"koi: error: {message}", file=sys.stderr)
+    return 1
+
+
+def _detach_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)

@@ -48,6 +48,9 @@ def _run(args: argparse.Namespace) -> int:
         text = args.snapshot.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"{args.snapshot}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        msg = f"{args.snapshot}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise InvalidInput(msg) from None
     snapshot = from_json(text, ClusterSnapshot, where=str(args.snapshot))
     planner = Planner(state_path=args.state)
     result = planner.tick(snapshot)

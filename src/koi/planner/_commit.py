@@ -19,6 +19,7 @@ from koi.planner._corrections import correction_fn
 from koi.planner._evaluate import Evaluated, Evaluator
 from koi.planner._learn import LearnReport
 from koi.planner._report import CandidateReport, TickResult
+from koi.planner._safety import guarded_stop, safe_actions, shed_transient
 from koi.planner._state import LedgerEntry, PlannerState
 from koi.plugins import LaunchBatch
 from koi.selector import Candidate, SelectionProblem, pool_capacities, select
@@ -52,19 +53,17 @@ def selection_problem(
     candidates: Mapping[str, Mapping[Ladder, Evaluated]],
     evaluator: Evaluator,
     cfg: KoiConfig,
+    over: Mapping[str, int] | None = None,
 ) -> SelectionProblem:
     """Every valid candidate of the tick, the pools, the swap budget, priorities and quotas.
 
     A finished job that is still deployed is stopped outside the selection: its GPUs stay
     taken for this tick (the host frees them when it applies the stop), so nothing placed now
-    can collide with them.
+    can collide with them.  ``jobs`` are the unfinished jobs.  A stop is guarded
+    (:func:`guarded_stop`) and, on pools shrunk under what holds them (``over``), a move is
+    break-before-make (:func:`shed_transient`).
     """
-    valid: list[Candidate] = [
-        ev.candidate
-        for job in jobs
-        for ev in candidates[job.id].values()
-        if ev.candidate is not None
-    ]
+    over = over or {}
     planned = {j.id for j in jobs}
     held = {a.job_id: a.ladder.gpus_by_pool() for a in snapshot.active if a.job_id in planned}
     stopping: Counter[str] = Counter()
@@ -75,6 +74,24 @@ def selection_problem(
         attrs.evolve(p, capacity_gpus=max(p.capacity_gpus - stopping[p.pool_id], 0))
         for p in pool_capacities(snapshot)
     ]
+    current = snapshot.current_ladders
+    valid: list[Candidate] = []
+    for job in jobs:
+        mine = candidates[job.id]
+        keep = mine[current[job.id]].candidate if job.id in current else None
+        for ev in mine.values():
+            c = ev.candidate
+            if c is None:
+                continue
+            if c.kind is ActionKind.STOP:
+                c = guarded_stop(
+                    c,
+                    job=job,
+                    keep=keep,
+                    keep_infeasible=keep is None,
+                    on_over_pool=any(p in over for p in held.get(job.id, {})),
+                )
+            valid.append(shed_transient(c, held.get(job.id, {}), over))
     return SelectionProblem(
         candidates=valid,
         pools=pools,
@@ -143,14 +160,9 @@ def select_plan(
 def fallback_result(
     snapshot: ClusterSnapshot, state: PlannerState, errors: Sequence[str]
 ) -> TickResult:
-    """Keep every active job, defer every pending job (DESIGN §3 "safe fallback")."""
-    current = snapshot.current_ladders
-    actions = tuple(
-        JobAction(j.id, ActionKind.KEEP, current[j.id], "safe fallback")
-        if j.id in current
-        else JobAction(j.id, ActionKind.DEFER, Ladder(), "safe fallback")
-        for j in snapshot.jobs
-    )
+    """The safe plan (DESIGN §3 "safe fallback"): keep every active job, defer every pending
+    one, stop finished jobs, and shed what no longer fits a shrunk pool."""
+    actions = safe_actions(snapshot, "safe fallback")
     plan = Plan(time_s=snapshot.time_s, actions=actions, diagnostics={"fallback": True})
     return TickResult(
         plan=plan,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -33,9 +33,9 @@ from koi.candidates import CandidateGenerator, with_observed_rate
 from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
 from koi.dag import admit_mechanism, default_dag
-from koi.errors import KoiError
+from koi.errors import KoiError, StateError
 from koi.planner._books import reference_cost
-from koi.planner._checkpoint import load_checkpoint, save_checkpoint
+from koi.planner._checkpoint import CheckpointLock, load_checkpoint, save_checkpoint
 from koi.planner._close import closed_state, tick_report
 from koi.planner._commit import (
     fallback_result,
@@ -44,6 +44,7 @@ from koi.planner._commit import (
     select_plan,
     selection_problem,
 )
+from koi.planner._deadline import TickDeadline
 from koi.planner._evaluate import Evaluator, replay_short_lists
 from koi.planner._learn import learn
 from koi.planner._mining import mine_mechanisms
@@ -61,8 +62,16 @@ from koi.planner._propose import (
     propose_and_evaluate,
 )
 from koi.planner._report import LearnReport, TickResult
+from koi.planner._safety import finished_jobs, over_capacity, shrunk_ladder
 from koi.planner._state import PlannerState
-from koi.plugins import DEFAULT_PROPOSER, DefaultProposer, PluginHost, make_plugin_manager
+from koi.plugins import (
+    DEFAULT_PROPOSER,
+    DefaultProposer,
+    LaunchBatch,
+    PluginHost,
+    make_plugin_manager,
+    redact,
+)
 from koi.risk import EpsilonCalibrator, ResidualHistory
 from koi.selector import BudgetBooks
 from koi.surrogate import Surrogate
@@ -133,17 +142,36 @@ class Planner:
         pm = plugin_manager or make_plugin_manager(plugins=plugins, entry_points=False)
         if use_default_proposer and pm.get_plugin(DEFAULT_PROPOSER) is None:
             pm.register(DefaultProposer(generator=self.generator), name=DEFAULT_PROPOSER)
-        self.host = PluginHost(pm)
+        # The built-in proposer runs first and in full; plugin proposers run beside it.
+        self.host = PluginHost(pm, serial=frozenset({DEFAULT_PROPOSER}))
         self.books = BudgetBooks(self.config.budget)
         self._reference_costs: dict[object, float] = {}
         self._exercised: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] = {}
         self._observed_rates: dict[str, float] = {}
+        self._deadline = TickDeadline()
         self.state_path = Path(state_path) if state_path is not None else None
+        # One writer per state file: a second planner would overwrite this one's learning.
+        self._lock = CheckpointLock(self.state_path) if self.state_path is not None else None
         if self.state_path is not None and self.state_path.exists():
-            data = load_checkpoint(self.state_path)
-            self.state = PlannerState.from_data(data, cusum=self.config.cusum)
+            try:
+                data = load_checkpoint(self.state_path)
+                self.state = PlannerState.from_data(data, cusum=self.config.cusum)
+            except KoiError:
+                self.close()  # a refused planner leaves the file to the next attempt
+                raise
         else:
             self.state = self.initial_state(self.config)
+
+    def close(self) -> None:
+        """Release the state file for another planner (also done when this one is collected)."""
+        if self._lock is not None:
+            self._lock.release()
+
+    def __enter__(self) -> Planner:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     @staticmethod
     def initial_state(config: KoiConfig) -> PlannerState:
@@ -167,25 +195,39 @@ class Planner:
 
         ``snapshot`` defaults to the ``koi_snapshot`` hooks; ``observations`` are added to what
         the ``koi_collect_telemetry`` hooks report.  Bad input raises :class:`KoiError` before
-        any state changes; a failure inside a stage gives the safe plan (keep every active job,
-        defer every pending one) with the error in the result.
+        any state changes; a failure inside a stage, or planning past four fifths of
+        ``PlannerConfig.tick_deadline_s``, gives the safe plan (keep every active job, defer
+        every pending one, stop finished jobs, shed what a shrunk pool no longer holds) with
+        the error in the result.  The checkpoint is written before the plan is launched; a
+        failed write launches nothing and returns the safe plan with ``committed=False``.
 
         ``launch=False`` is advisory mode (``koi agent --dry-run``): the plan is made, reported
         and checkpointed, but no ``koi_launch`` hook is called and the prediction ledger keeps
         describing the ladders that really run, since nothing changed in the fleet.
         """
         watch = _Stopwatch()
-        snapshot = take_snapshot(snapshot, self.host, self.models)  # S0: bad input raises here
+        self._deadline = deadline = TickDeadline.start(self.config.planner.tick_deadline_s)
+        snapshot = take_snapshot(  # S0: bad input raises here
+            snapshot,
+            self.host,
+            gpus=self.gpus,
+            models=self.models,
+            max_jobs=self.config.planner.max_jobs,
+            deadline_s=deadline.plan_by,
+        )
         given = checked_observations(observations or ())
         watch.lap("S0_snapshot")
         errors: list[str] = []
         state = self.state
         try:
-            obs = collect_telemetry(self.host, snapshot, given, state.last_time_s, errors)  # S1
+            obs = collect_telemetry(  # S1
+                self.host, snapshot, given, state.last_time_s, errors, deadline.plan_by
+            )
             watch.lap("S1_telemetry")
             state, learned = self._learn(state, snapshot, obs, errors)  # S2 + S3
             watch.lap("S2_S3_learn")
             self._observed_rates.update(observed_rates(obs))
+            deadline.check("learning")
             result = self._plan(snapshot, state, learned, errors, watch)  # S4–S6
         except KoiError as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
@@ -193,27 +235,10 @@ class Planner:
         except Exception as exc:
             errors.append(f"internal error: {exc!r}\n{traceback.format_exc(limit=4)}")
             state, result = self.state, fallback_result(snapshot, self.state, errors)
-        applied = launch and not result.fallback
-        launched = self.host.launch(result.plan) if applied else None  # S6 launch
-        # Advisory: the fleet runs what it ran, and so do the predictions in the ledger.
-        ledger = (
-            ledger_after_launch(
-                state,
-                snapshot,
-                result.plan,
-                launched,
-                surrogate=self.surrogate,
-                gpus=self.gpus,
-                models=self.models,
-                cfg=self.config,
-            )
-            if launch
-            else dict(state.ledger)
-        )
-        closed = closed_state(state, snapshot, result, ledger, self.config, applied=launch)
-        self._close(closed, result, launched=applied)  # S7
+        result = self._commit(state, snapshot, result, launch=launch)  # S6 launch + S7
         watch.lap("S7_close")
-        return attrs.evolve(result, timings_s=dict(watch.timings))
+        errors_out = tuple(redact(e) for e in result.errors)
+        return attrs.evolve(result, timings_s=dict(watch.timings), errors=errors_out)
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
         """The policy interface of :mod:`koi.sim`: the plan of :meth:`tick`."""
@@ -279,7 +304,7 @@ class Planner:
             learned.diverged, learned.examples, dag=self.dag, gpus=self.gpus, models=self.models
         )
         if learned.diverged:
-            batch = self.host.propose_mechanisms(self.dag.view())
+            batch = self.host.propose_mechanisms(self.dag.view(), deadline_s=self._deadline.plan_by)
             errors.extend(str(e) for e in batch.errors)
             proposals.extend(batch.proposals)
         mechanisms = list(state.mechanisms)
@@ -301,7 +326,9 @@ class Planner:
         watch: _Stopwatch,
     ) -> TickResult:
         cfg = self.config
-        finished = [j for j in snapshot.jobs if not (j.is_online or j.remaining_requests > 0)]
+        deadline = self._deadline
+        finished = finished_jobs(snapshot)
+        over = over_capacity(snapshot)  # pools shrunk under what runs: shed the excess
         running = [
             with_observed_rate(
                 j, self._observed_rates.get(j.id), tolerance=cfg.planner.drift_tolerance
@@ -321,6 +348,7 @@ class Planner:
             reference_costs=refs,
             cfg=cfg,
             errors=errors,
+            deadline_s=deadline.plan_by,
         )
         watch.lap("S4_books")
         evaluator = Evaluator(
@@ -334,7 +362,7 @@ class Planner:
             reference_cost=refs,
             exercised=self._exercised_memo(),
         )
-        candidates = self._incumbents(running, snapshot, evaluator)
+        candidates = self._incumbents(running, snapshot, evaluator, over)
         graph = cfg.planner.causal_graph
         propose_and_evaluate(
             running,
@@ -352,11 +380,16 @@ class Planner:
             evidence=state.evidence if graph else None,
             cfg=cfg,
             errors=errors,
+            deadline=deadline,
         )
         watch.lap("S4_S5_propose_evaluate")
-        replay_short_lists(running, candidates, evaluator)
+        if not deadline.passed:
+            replay_short_lists(running, candidates, evaluator)
         watch.lap("S5_replay")
-        problem = selection_problem(snapshot, state, running, candidates, evaluator, cfg)
+        deadline.check("evaluation")
+        problem = selection_problem(snapshot, state, running, candidates, evaluator, cfg, over)
+        limit = deadline.solver_limit(cfg.selector.time_limit_s)
+        cfg = attrs.evolve(cfg, selector=attrs.evolve(cfg.selector, time_limit_s=limit))
         result = select_plan(
             snapshot,
             state,
@@ -373,9 +406,13 @@ class Planner:
 
     @staticmethod
     def _incumbents(
-        jobs: Sequence[Job], snapshot: ClusterSnapshot, evaluator: Evaluator
+        jobs: Sequence[Job],
+        snapshot: ClusterSnapshot,
+        evaluator: Evaluator,
+        over: Mapping[str, int] | None = None,
     ) -> Candidates:
-        """Every job's empty ladder (defer or stop) and, if it runs, its keep ladder."""
+        """Every job's empty ladder (defer or stop) and, if it runs, its keep ladder; on a
+        pool shrunk under what runs, also the keep ladder shrunk to the pool's share."""
         current = snapshot.current_ladders
         candidates: Candidates = {}
         for job in jobs:
@@ -383,6 +420,9 @@ class Planner:
             mine[Ladder()] = evaluator.defer(job)
             if job.id in current:
                 mine[current[job.id]] = evaluator.evaluate(job, current[job.id], key="keep")
+                smaller = shrunk_ladder(current[job.id], snapshot, over or {})
+                if not smaller.is_empty and smaller not in mine:
+                    mine[smaller] = evaluator.evaluate(job, smaller, key="shrink")
         return candidates
 
     def _reference_cost(self, job: Job, snapshot: ClusterSnapshot) -> float:
@@ -403,9 +443,73 @@ class Planner:
         return self._exercised
 
     # ---- S7 -----------------------------------------------------------------------------------
-    def _close(self, state: PlannerState, result: TickResult, *, launched: bool) -> None:
-        """Keep the new state, checkpoint it and tell the audit hooks."""
-        self.state = state
+    def _commit(
+        self, state: PlannerState, snapshot: ClusterSnapshot, result: TickResult, *, launch: bool
+    ) -> TickResult:
+        """S6 launch and S7: checkpoint the new state, then launch, then tell the audit sinks.
+
+        The checkpoint comes first: a plan is handed to the launchers only once the state that
+        expects it is on disk.  A failed write launches nothing, keeps the state in memory as
+        it is on disk, and returns the safe plan with the error.
+        """
+        errors = list(result.errors)
+        planned = self._closed(state, snapshot, result, launched=None, applied=launch)
+        try:
+            self._save(planned)
+        except StateError as exc:
+            errors.append(
+                f"checkpoint: {exc}; nothing was launched, the state stays at tick "
+                f"{self.state.tick}"
+            )
+            return attrs.evolve(fallback_result(snapshot, self.state, errors), committed=False)
+        self.state = planned
+        launched = LaunchBatch()
+        if launch:
+            launched = self.host.launch(result.plan, deadline_s=self._deadline.launch_by)
+            errors.extend(f"launch: {e}" for e in launched.errors)
+        if launched.results:  # what materialized may differ from the plan (partial launches)
+            actual = self._closed(state, snapshot, result, launched=launched, applied=True)
+            if actual.ledger != planned.ledger:
+                try:
+                    self._save(actual)
+                    self.state = actual
+                except StateError as exc:  # memory stays what the disk holds
+                    errors.append(f"checkpoint after launch: {exc}; ledger from the plan kept")
+        report = tick_report(
+            self.state, attrs.evolve(result, errors=tuple(errors)), launched=launch
+        )
+        report["errors"] = [redact(e) for e in report["errors"]]
+        failed = self.host.plan_committed(result.plan, report, deadline_s=self._deadline.launch_by)
+        errors.extend(f"koi_plan_committed: {e}" for e in failed)
+        return attrs.evolve(result, errors=tuple(errors))
+
+    def _closed(
+        self,
+        state: PlannerState,
+        snapshot: ClusterSnapshot,
+        result: TickResult,
+        *,
+        launched: LaunchBatch | None,
+        applied: bool,
+    ) -> PlannerState:
+        """The state after ``result``'s plan (as launched, when the launchers reported); an
+        advisory tick (``applied`` false) keeps the ledger of what really runs."""
+        ledger = (
+            ledger_after_launch(
+                state,
+                snapshot,
+                result.plan,
+                launched,
+                surrogate=self.surrogate,
+                gpus=self.gpus,
+                models=self.models,
+                cfg=self.config,
+            )
+            if applied
+            else dict(state.ledger)
+        )
+        return closed_state(state, snapshot, result, ledger, self.config, applied=applied)
+
+    def _save(self, state: PlannerState) -> None:
         if self.state_path is not None:
             save_checkpoint(self.state_path, state.to_data())
-        self.host.plan_committed(result.plan, tick_report(state, result, launched=launched))

@@ -9,7 +9,6 @@ deferring it (paper §2.1); later rounds give the built-in generator more headro
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Mapping, Sequence
 
 from koi.beliefs import Beta, EdgeKey, EvidenceStore
@@ -18,6 +17,7 @@ from koi.config import KoiConfig
 from koi.dag import CausalDag, DagView, Mechanism, RankContext
 from koi.errors import KoiError
 from koi.planner._books import job_demand
+from koi.planner._deadline import TickDeadline
 from koi.planner._evaluate import Evaluated, Evaluator
 from koi.plugins import PluginHost
 from koi.selector import BudgetBook, BudgetBooks, pool_capacities
@@ -55,9 +55,11 @@ def budget_books(
     reference_costs: Mapping[str, float],
     cfg: KoiConfig,
     errors: list[str],
+    deadline_s: float | None = None,
 ) -> Mapping[str, BudgetBook]:
-    """The host's books when a plugin gives them, else the root planner's LP (paper §2.6)."""
-    from_host = host.budget_books(snapshot)
+    """The host's books when a plugin gives them (by ``deadline_s``), else the root planner's
+    LP (paper §2.6)."""
+    from_host = host.budget_books(snapshot, deadline_s=deadline_s)
     if from_host is not None:
         return from_host
     demands = []
@@ -138,9 +140,12 @@ def propose_and_evaluate(
     evidence: EvidenceStore | None,
     cfg: KoiConfig,
     errors: list[str],
+    deadline: TickDeadline | None = None,
 ) -> Candidates:
     """The S4↔S5 rounds: ask every proposer for each job that has no improving candidate yet,
-    evaluate what comes back, and feed the verdicts into the next round."""
+    evaluate what comes back, and feed the verdicts into the next round.  When the tick's
+    ``deadline`` passes, the jobs not reached keep what they have (keep/defer)."""
+    deadline = deadline or TickDeadline()
     snapshot = evaluator.snapshot
     current = snapshot.current_ladders
     at_risk = {
@@ -156,11 +161,14 @@ def propose_and_evaluate(
         if not asked:
             break
         for job in asked:
+            if deadline.passed:
+                errors.append(f"tick deadline: proposals cut short in round {rnd}")
+                break
             context = ProposalContext(
                 snapshot=snapshot,
                 gpus=evaluator.gpus,
                 models=evaluator.models,
-                deadline_s=_deadline(cfg.planner.proposer_timeout_s),
+                deadline_s=deadline.proposals(cfg.planner.proposer_timeout_s),
                 budget=books.get(job.id),
                 dag=view,
                 mechanisms=mechanisms[job.id],
@@ -209,8 +217,3 @@ def _feedback(candidates: Iterable[Evaluated]) -> tuple[str, ...]:
         elif r.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE):
             out.append(f"{r.key}: value {r.value:.3f}, breach {r.breach_probability:.2f}")
     return tuple(out[:_FEEDBACK_LINES])
-
-
-def _deadline(timeout_s: float | None) -> float:
-    """The monotonic instant ``timeout_s`` from now; never with no timeout."""
-    return math.inf if timeout_s is None else time.monotonic() + timeout_s

@@ -65,7 +65,10 @@ class TickResult:
     """The committed plan of one tick, with candidates, solver status, knobs and timings.
 
     ``fallback`` is set (with ``errors``) when a stage failed and the plan is the safe one:
-    keep every active job, defer every pending one.  ``learning`` is what S2/S3 learned.
+    keep every active job, defer every pending one, stop finished jobs and shed what no longer
+    fits a shrunk pool.  ``learning`` is what S2/S3 learned.  ``committed`` is false when the
+    checkpoint could not be written: the plan was then not launched and the planner's state did
+    not move.
     """
 
     plan: Plan
@@ -79,6 +82,7 @@ class TickResult:
     errors: tuple[str, ...] = attrs.field(default=(), converter=to_tuple)
     fallback: bool = False
     learning: LearnReport = attrs.field(factory=lambda: LearnReport())
+    committed: bool = True
 
     def candidates_for(self, job_id: str) -> tuple[CandidateReport, ...]:
         """This job's candidates, best value first."""

@@ -7,6 +7,7 @@ ledger.  ``to_data``/``from_data`` give the versioned checkpoint body.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,11 +83,16 @@ class PlannerState:
 
     @classmethod
     def from_data(cls, data: Any, *, cusum: CusumConfig) -> PlannerState:
-        """Rebuild a state from :meth:`to_data` output; bad data raises :class:`StateError`."""
+        """Rebuild a state from :meth:`to_data` output; bad data raises :class:`StateError`
+        naming the field (a knob that is NaN, infinite, negative or of the wrong type is
+        refused here rather than giving a planner that falls back on every tick)."""
         try:
+            if not isinstance(data, Mapping):
+                raise InvalidInput(f"must be an object, got {type(data).__name__}")
+            _check_knobs(data)
             ledger = [from_data(e, LedgerEntry, where="ledger") for e in data["ledger"]]
             return cls(
-                tick=int(data["tick"]),
+                tick=data["tick"],
                 last_time_s=data["last_time_s"],
                 calibration=from_data(data["calibration"], CalibrationState, where="calibration"),
                 epsilon=EpsilonCalibrator.from_data(data["epsilon"]),
@@ -108,5 +114,43 @@ class PlannerState:
                 },
                 ledger={(e.job_id, e.chain): e for e in ledger},
             )
-        except (KeyError, TypeError, ValueError, InvalidInput, KoiError) as exc:
-            raise StateError(f"checkpoint state is malformed: {exc!r}") from None
+        except KeyError as exc:
+            raise StateError(f"checkpoint state: required field {exc} missing") from None
+        except (TypeError, ValueError, KoiError) as exc:
+            raise StateError(f"checkpoint state: {exc}") from None
+
+
+def _number(value: Any, where: str, *, low: float = -math.inf, allow_inf: bool = False) -> None:
+    """A JSON number (not a boolean or a string), not NaN, at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(f"{where}: must be a number, got {value!r}")
+    if math.isnan(value) or (math.isinf(value) and not allow_inf) or value < low:
+        bound = "" if low == -math.inf else f" >= {low:g}"
+        raise InvalidInput(f"{where}: must be a finite number{bound}, got {value!r}")
+
+
+def _integer(value: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInput(f"{where}: must be an integer >= 0, got {value!r}")
+
+
+def _check_knobs(data: Mapping[str, Any]) -> None:
+    """The scalars the slow loop and the risk band run on, checked strictly: the packages'
+    own ``from_data`` convert with ``float()``/``int()``, which would take ``"0.5"`` or ``true``."""
+    _integer(data["tick"], "tick")
+    if data["last_time_s"] is not None:
+        _number(data["last_time_s"], "last_time_s", low=0.0)
+    eps = data["epsilon"]
+    if not isinstance(eps, Mapping):
+        raise InvalidInput(f"epsilon: must be an object, got {type(eps).__name__}")
+    _number(eps["eps"], "epsilon.eps", low=0.0)
+    _integer(eps["hits"], "epsilon.hits")
+    _integer(eps["outcomes"], "epsilon.outcomes")
+    if eps["hits"] > eps["outcomes"]:
+        raise InvalidInput(f"epsilon.hits: {eps['hits']} exceeds outcomes {eps['outcomes']}")
+    for job, zs in dict(data["z_star"]).items():
+        for o, z in dict(zs).items():
+            _number(z, f"z_star.{job}.{o}", allow_inf=True)
+    for k, v in dict(data["signatures"]).items():
+        for i, x in enumerate(v):
+            _number(x, f"signatures.{k}[{i}]", allow_inf=True)

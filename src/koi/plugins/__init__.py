@@ -31,6 +31,7 @@ from koi.plugins._llm import LlmProposer
 from koi.plugins._llm_config import LlmConfig
 from koi.plugins._manager import make_plugin_manager, plugin_name
 from koi.plugins._markers import PROJECT, hookimpl, hookspec
+from koi.plugins._redact import redact
 
 __all__ = [
     "DEFAULT_PROPOSER",
@@ -52,4 +53,5 @@ __all__ = [
     "ladder_problems",
     "make_plugin_manager",
     "plugin_name",
+    "redact",
 ]

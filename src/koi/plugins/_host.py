@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 import types
 import warnings
@@ -30,6 +31,7 @@ from koi.plugins._context import (
     Rejection,
     TelemetryBatch,
 )
+from koi.plugins._redact import redact
 from koi.selector import BudgetBook
 from koi.types import (
     Chain,
@@ -47,17 +49,27 @@ from koi.types import (
 __all__ = ["PluginHost"]
 
 _Impl = pluggy.HookImpl
+_GRACE_S = 0.1
+
+
+# A plugin that raises these is failing, not asking koi's process to stop: they are pinned on
+# the plugin like any other exception rather than escaping ``tick()`` as if koi raised them.
+_PLUGIN_EXITS = (SystemExit, KeyboardInterrupt)
+
+
+def _raised(impl: _Impl, hook: str, exc: BaseException) -> PluginError:
+    return PluginError(impl.plugin_name, redact(f"{hook} raised {type(exc).__name__}: {exc}"))
 
 
 def _call(impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> Any:
     """Call one implementation the way pluggy would, pinning any exception on its plugin."""
     try:
         return impl.function(*[kwargs[name] for name in impl.argnames])
-    except Exception as exc:  # a plugin may raise anything; it must not escape unnamed
-        raise PluginError(impl.plugin_name, f"{hook} raised {type(exc).__name__}: {exc}") from exc
+    except (Exception, *_PLUGIN_EXITS) as exc:  # it must not escape unnamed
+        raise _raised(impl, hook, exc) from exc
 
 
-def _items(impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> list[Any]:
+def _drain(impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> list[Any]:
     """Call a collect-all implementation and drain what it returned into a list."""
     result = _call(impl, hook, kwargs)
     if result is None:
@@ -67,9 +79,49 @@ def _items(impl: _Impl, hook: str, kwargs: Mapping[str, Any]) -> list[Any]:
         raise PluginError(impl.plugin_name, msg)
     try:
         return list(result)  # a generator may raise while it is drained
-    except Exception as exc:  # same policy as a raise inside the call
-        msg = f"{hook} raised {type(exc).__name__}: {exc}"
-        raise PluginError(impl.plugin_name, msg) from exc
+    except (Exception, *_PLUGIN_EXITS) as exc:  # same policy as a raise inside the call
+        raise _raised(impl, hook, exc) from exc
+
+
+class _Pending:
+    """One plugin call running in its own daemon thread.
+
+    Python cannot stop a thread: a plugin that hangs past its deadline is abandoned (its
+    thread finishes or blocks on its own; being a daemon, it never holds up the process exit)
+    and what it returns later is ignored.
+    """
+
+    def __init__(self, call: Callable[[], Any], name: str) -> None:
+        self._call = call
+        self._done = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._run, name=f"koi-plugin-{name}", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # handed to the waiting thread
+            self._error = exc
+        finally:
+            self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self, timeout_s: float | None) -> Any:
+        """The call's value; :class:`TimeoutError` when it is not done within ``timeout_s``."""
+        if not self._done.wait(None if timeout_s is None else max(timeout_s, 0.0)):
+            raise TimeoutError
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+def _abandoned(impl: _Impl, hook: str, timeout_s: float) -> PluginError:
+    msg = f"{hook} did not answer within {max(timeout_s, 0.0):.3g} s; abandoned"
+    return PluginError(impl.plugin_name, msg)
 
 
 def _chain_key(chain: Chain) -> str:
@@ -85,6 +137,10 @@ def _sub_ladder(part: Ladder, whole: Ladder) -> bool:
     for r in part.ranks:
         need[r.chain] += r.replicas
     return all(n <= have[c] for c, n in need.items())
+
+
+def _names(value: Iterable[str]) -> frozenset[str]:
+    return frozenset(value)
 
 
 def _warn_skip(skip: Rejection) -> None:
@@ -105,6 +161,65 @@ class PluginHost:
 
     _pm: pluggy.PluginManager
     _clock: Callable[[], float] = attrs.field(default=time.monotonic, repr=False)
+    serial: frozenset[str] = attrs.field(default=frozenset(), converter=_names)
+    # Calls abandoned at their deadline and maybe still running, by plugin name: a plugin is
+    # not called again while one of its calls hangs (one timeout per hang, not one per job).
+    _hung: dict[str, _Pending] = attrs.field(factory=dict, init=False, repr=False)
+
+    def _timeout(self, deadline_s: float | None) -> float | None:
+        if deadline_s is None or deadline_s == math.inf:
+            return None
+        return deadline_s - self._clock()
+
+    def _start(self, impl: _Impl, hook: str, kwargs: Mapping[str, Any], *, drain: bool) -> _Pending:
+        def run() -> Any:
+            return _drain(impl, hook, kwargs) if drain else _call(impl, hook, kwargs)
+
+        return _Pending(run, impl.plugin_name)
+
+    def _still_hung(self, impl: _Impl, hook: str) -> PluginError | None:
+        hung = self._hung.get(impl.plugin_name)
+        if hung is None:
+            return None
+        if hung.done:
+            del self._hung[impl.plugin_name]
+            return None
+        return PluginError(impl.plugin_name, f"{hook} not called: an earlier call still hangs")
+
+    def _wait(self, impl: _Impl, hook: str, pending: _Pending, deadline_s: float | None) -> Any:
+        timeout = self._timeout(deadline_s)
+        try:  # a short grace lets a plugin that honours the deadline report its own timeout
+            return pending.result(None if timeout is None else timeout + _GRACE_S)
+        except TimeoutError:
+            self._hung[impl.plugin_name] = pending
+            raise _abandoned(impl, hook, timeout or 0.0) from None
+
+    def _invoke(
+        self,
+        impl: _Impl,
+        hook: str,
+        kwargs: Mapping[str, Any],
+        deadline_s: float | None,
+        *,
+        drain: bool,
+    ) -> Any:
+        """Call ``impl``; with a deadline, in its own thread, abandoned when the deadline passes.
+
+        Raises
+        ------
+        PluginError
+            The plugin raised, returned a non-iterable where values were due, hangs from an
+            earlier call, or did not answer before ``deadline_s``.
+        """
+        if self._timeout(deadline_s) is None:
+            return _drain(impl, hook, kwargs) if drain else _call(impl, hook, kwargs)
+        busy = self._still_hung(impl, hook)
+        if busy is not None:
+            raise busy
+        timeout = self._timeout(deadline_s)
+        if timeout is not None and timeout <= 0:
+            raise PluginError(impl.plugin_name, f"{hook} not called: the deadline had passed")
+        return self._wait(impl, hook, self._start(impl, hook, kwargs, drain=drain), deadline_s)
 
     @property
     def plugin_names(self) -> tuple[str, ...]:
@@ -119,8 +234,11 @@ class PluginHost:
 
     # -- S0 -----------------------------------------------------------------------------------
 
-    def snapshot(self, now: float) -> ClusterSnapshot | None:
+    def snapshot(self, now: float, *, deadline_s: float | None = None) -> ClusterSnapshot | None:
         """The first plugin snapshot for host time ``now``, or ``None`` if no plugin answers.
+
+        With ``deadline_s`` (on the host's monotonic clock) a plugin that has not answered by
+        then is abandoned (:class:`PluginError`).
 
         Raises
         ------
@@ -128,7 +246,7 @@ class PluginHost:
             The answering plugin raised or returned something that is not a valid snapshot.
         """
         for impl in self._impls("koi_snapshot", first_result=True):
-            result = _call(impl, "koi_snapshot", {"now": now})
+            result = self._invoke(impl, "koi_snapshot", {"now": now}, deadline_s, drain=False)
             if result is None:
                 continue
             if isinstance(result, Mapping):
@@ -145,12 +263,16 @@ class PluginHost:
     # -- S1 -----------------------------------------------------------------------------------
 
     def collect_telemetry(
-        self, ranks: Sequence[tuple[str, Rank]], window: tuple[float, float]
+        self,
+        ranks: Sequence[tuple[str, Rank]],
+        window: tuple[float, float],
+        *,
+        deadline_s: float | None = None,
     ) -> TelemetryBatch:
         """Observations for the deployed ``(job_id, rank)`` pairs over ``window``.
 
-        Sources that raise are skipped (``errors``); bad observations are skipped with a
-        :class:`~koi.errors.KoiWarning` (``skipped``).
+        Sources that raise or miss ``deadline_s`` are skipped (``errors``); bad observations
+        are skipped with a :class:`~koi.errors.KoiWarning` (``skipped``).
 
         Raises
         ------
@@ -168,7 +290,7 @@ class PluginHost:
         kept: dict[Observation, str] = {}
         for impl in self._impls("koi_collect_telemetry"):
             try:
-                items = _items(impl, "koi_collect_telemetry", kwargs)
+                items = self._invoke(impl, "koi_collect_telemetry", kwargs, deadline_s, drain=True)
             except PluginError as exc:
                 errors.append(exc)
                 continue
@@ -209,22 +331,44 @@ class PluginHost:
     def propose_ladders(self, job: Job, context: ProposalContext) -> ProposalBatch:
         """Candidate ladders for ``job`` from every proposer, validated and deduplicated.
 
-        Proposers run in plugin-name order until ``context.deadline_s`` (monotonic) passes; the
-        ones not reached, those that raise and those that answer late are reported in
-        ``errors``.  Ladders failing :func:`ladder_problems` or over ``max_candidates`` per
-        proposer go to ``rejections``.
+        The proposers named in ``serial`` (the built-in deterministic one) run in the calling
+        thread, every time, and keep what they return: they honour ``context.deadline_s``
+        themselves.  Every other proposer runs at the same time in its own thread with the
+        whole budget up to ``context.deadline_s`` (monotonic), so a slow plugin cannot starve
+        the rest; one that raises, answers late or hangs is reported in ``errors`` (a hung one
+        is abandoned and not called again while it hangs).  Answers are merged in plugin-name
+        order.  Ladders failing :func:`ladder_problems` or over ``max_candidates`` per proposer
+        go to ``rejections``.
         """
-        found: dict[str, tuple[Ladder, set[str]]] = {}
+        hook = "koi_propose_ladders"
         errors: list[PluginError] = []
-        rejections: list[Rejection] = []
         kwargs = {"job": job, "context": context}
-        for impl in self._impls("koi_propose_ladders"):
+        impls = self._impls(hook)
+        others = [i for i in impls if i.plugin_name not in self.serial]
+        pending: dict[str, _Pending] = {}
+        bounded = self._timeout(context.deadline_s) is not None
+        for impl in others if bounded else ():
+            problem = self._still_hung(impl, hook)
+            if problem is None and self._clock() >= context.deadline_s:
+                problem = PluginError(impl.plugin_name, "not called: the deadline had passed")
+            if problem is not None:
+                errors.append(problem)
+            else:
+                pending[impl.plugin_name] = self._start(impl, hook, kwargs, drain=True)
+        answers: dict[str, list[Any]] = {}
+        for impl in impls:  # the serial ones now, while the others work
             name = impl.plugin_name
-            if self._clock() >= context.deadline_s:
-                errors.append(PluginError(name, "not called: the proposal deadline had passed"))
+            if name in self.serial or not bounded:
+                try:
+                    answers[name] = _drain(impl, hook, kwargs)
+                except PluginError as exc:
+                    errors.append(exc)
+        for impl in others:
+            name = impl.plugin_name
+            if name not in pending:
                 continue
             try:
-                items = _items(impl, "koi_propose_ladders", kwargs)
+                answers[name] = self._wait(impl, hook, pending[name], context.deadline_s)
             except PluginError as exc:
                 errors.append(exc)
                 continue
@@ -232,41 +376,58 @@ class PluginHost:
             if late > 0:
                 msg = f"answered {late:.3f} s after its deadline; its proposals were dropped"
                 errors.append(PluginError(name, msg))
-                continue
-            accepted = 0
-            for item in items:
-                if isinstance(item, Rejection):
-                    rejections.append(attrs.evolve(item, plugin=name))
-                    continue
-                problems = ladder_problems(item, job, context)
-                if problems or not isinstance(item, Ladder):
-                    ladder = item if isinstance(item, Ladder) else None
-                    rejections.append(Rejection(name, "; ".join(problems), ladder))
-                    continue
-                ladder = item
-                if accepted >= context.max_candidates:
-                    reason = f"over the limit of {context.max_candidates} candidates"
-                    rejections.append(Rejection(name, reason, ladder))
-                    continue
-                accepted += 1
-                key = ladder_key(ladder)
-                found.setdefault(key, (ladder, set()))[1].add(name)
+                del answers[name]
+        found: dict[str, tuple[Ladder, set[str]]] = {}
+        rejections: list[Rejection] = []
+        for name in sorted(answers):
+            self._take(name, answers[name], job, context, found, rejections)
         keys = sorted(found)
         return ProposalBatch(
             ladders=tuple(found[k][0] for k in keys),
             sources=tuple(tuple(sorted(found[k][1])) for k in keys),
-            errors=tuple(errors),
+            errors=tuple(sorted(errors, key=lambda e: e.plugin)),
             rejections=tuple(rejections),
         )
 
-    def propose_mechanisms(self, view: DagView) -> MechanismBatch:
-        """Mechanism proposals from every plugin, in plugin-name order."""
+    @staticmethod
+    def _take(
+        name: str,
+        items: Iterable[Any],
+        job: Job,
+        context: ProposalContext,
+        found: dict[str, tuple[Ladder, set[str]]],
+        rejections: list[Rejection],
+    ) -> None:
+        """Validate one proposer's answer into ``found`` (by ladder key) and ``rejections``."""
+        accepted = 0
+        for item in items:
+            if isinstance(item, Rejection):
+                rejections.append(attrs.evolve(item, plugin=name))
+                continue
+            problems = ladder_problems(item, job, context)
+            if problems or not isinstance(item, Ladder):
+                ladder = item if isinstance(item, Ladder) else None
+                rejections.append(Rejection(name, "; ".join(problems), ladder))
+                continue
+            if accepted >= context.max_candidates:
+                reason = f"over the limit of {context.max_candidates} candidates"
+                rejections.append(Rejection(name, reason, item))
+                continue
+            accepted += 1
+            found.setdefault(ladder_key(item), (item, set()))[1].add(name)
+
+    def propose_mechanisms(
+        self, view: DagView, *, deadline_s: float | None = None
+    ) -> MechanismBatch:
+        """Mechanism proposals from every plugin, in plugin-name order (each abandoned at
+        ``deadline_s``)."""
         proposals: list[MechanismProposal] = []
         sources: list[str] = []
         errors: list[PluginError] = []
         for impl in self._impls("koi_propose_mechanisms"):
             try:
-                items = _items(impl, "koi_propose_mechanisms", {"view": view})
+                kwargs = {"view": view}
+                items = self._invoke(impl, "koi_propose_mechanisms", kwargs, deadline_s, drain=True)
             except PluginError as exc:
                 errors.append(exc)
                 continue
@@ -279,7 +440,9 @@ class PluginHost:
             sources.extend([impl.plugin_name] * len(items))
         return MechanismBatch(tuple(proposals), tuple(sources), tuple(errors))
 
-    def budget_books(self, snapshot: ClusterSnapshot) -> Mapping[str, BudgetBook] | None:
+    def budget_books(
+        self, snapshot: ClusterSnapshot, *, deadline_s: float | None = None
+    ) -> Mapping[str, BudgetBook] | None:
         """The first plugin's budget books (job id -> book), or ``None`` to use the default.
 
         Raises
@@ -289,7 +452,8 @@ class PluginHost:
         """
         job_ids = {j.id for j in snapshot.jobs}
         for impl in self._impls("koi_budget_books", first_result=True):
-            result = _call(impl, "koi_budget_books", {"snapshot": snapshot})
+            kwargs = {"snapshot": snapshot}
+            result = self._invoke(impl, "koi_budget_books", kwargs, deadline_s, drain=False)
             if result is None:
                 continue
             name = impl.plugin_name
@@ -307,11 +471,11 @@ class PluginHost:
 
     # -- S6 / S7 ------------------------------------------------------------------------------
 
-    def launch(self, plan: Plan) -> LaunchBatch:
+    def launch(self, plan: Plan, *, deadline_s: float | None = None) -> LaunchBatch:
         """Hand ``plan`` to every launcher; collect what materialized.
 
-        A launcher that raises, or reports on a job or chain the plan does not run, is listed in
-        ``errors`` (only its offending results are dropped).
+        A launcher that raises or misses ``deadline_s``, or reports on a job or chain the plan
+        does not run, is listed in ``errors`` (only its offending results are dropped).
         """
         targets = plan.ladders
         found: list[tuple[LaunchResult, str]] = []
@@ -319,7 +483,7 @@ class PluginHost:
         for impl in self._impls("koi_launch"):
             name = impl.plugin_name
             try:
-                items = _items(impl, "koi_launch", {"plan": plan})
+                items = self._invoke(impl, "koi_launch", {"plan": plan}, deadline_s, drain=True)
             except PluginError as exc:
                 errors.append(exc)
                 continue
@@ -345,13 +509,17 @@ class PluginHost:
             return f"materialized more than was requested for job {item.job_id!r}"
         return ""
 
-    def plan_committed(self, plan: Plan, report: Mapping[str, Any]) -> tuple[PluginError, ...]:
-        """Tell every audit sink about a committed plan; return the sinks that failed."""
+    def plan_committed(
+        self, plan: Plan, report: Mapping[str, Any], *, deadline_s: float | None = None
+    ) -> tuple[PluginError, ...]:
+        """Tell every audit sink about a committed plan; return the sinks that failed (raised
+        or missed ``deadline_s``)."""
         frozen = types.MappingProxyType(dict(report))
         errors: list[PluginError] = []
         for impl in self._impls("koi_plan_committed"):
             try:
-                _call(impl, "koi_plan_committed", {"plan": plan, "report": frozen})
+                kwargs = {"plan": plan, "report": frozen}
+                self._invoke(impl, "koi_plan_committed", kwargs, deadline_s, drain=False)
             except PluginError as exc:
                 errors.append(exc)
         return tuple(errors)

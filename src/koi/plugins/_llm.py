@@ -23,6 +23,7 @@ from koi.plugins._llm_http import TransportError, post_json
 from koi.plugins._llm_prompt import build_messages
 from koi.plugins._llm_schema import SchemaViolation, parse_reply, validate_ladder
 from koi.plugins._markers import hookimpl
+from koi.plugins._redact import redact
 from koi.types import Chain, Config, Job, Ladder, Pool, Rank
 
 __all__ = ["LlmProposer"]
@@ -145,8 +146,8 @@ class LlmProposer:
                 max_bytes=self.config.max_reply_bytes,
             )
             raw = parse_reply(_content(envelope), self.config)
-        except TransportError as exc:
-            raise PluginError(self.name, str(exc)) from None
+        except TransportError as exc:  # the body may echo the request, key included
+            raise PluginError(self.name, redact(str(exc), [key] if key else [])) from None
         except SchemaViolation as exc:
             raise PluginError(self.name, f"reply rejected: {exc}") from None
         return self._ladders(raw, job, context, limit)

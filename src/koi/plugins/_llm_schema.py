@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from koi.plugins._llm_config import LlmConfig
-from koi.types import Quant, Routing
+from koi.types import Engine, Quant, Routing
 
 __all__ = ["SchemaViolation", "dumps", "parse_reply", "reply_schema", "validate_ladder"]
 
@@ -96,6 +96,7 @@ def _array(item: Check, lo: int, hi: int) -> Check:
 
 _QUANTS = tuple(q.value for q in Quant)
 _ROUTINGS = tuple(r.value for r in Routing)
+_ENGINES = tuple(e.value for e in Engine)
 _MAX_BATCH = 1 << 16
 _MAX_TOKENS = 1 << 22
 
@@ -109,7 +110,7 @@ def _ladder_check(limits: LlmConfig) -> Check:
             "max_batch_size": _integer(1, _MAX_BATCH),
             "max_batched_tokens": _integer(1, _MAX_TOKENS),
         },
-        {"engine": _name, "routing": _choice(_ROUTINGS)},
+        {"engine": _choice(_ENGINES), "routing": _choice(_ROUTINGS)},
     )
     rank = _object(
         {
@@ -178,7 +179,7 @@ def reply_schema(limits: LlmConfig) -> dict[str, Any]:
             "quant": {"enum": list(_QUANTS)},
             "max_batch_size": integer(1, _MAX_BATCH),
             "max_batched_tokens": integer(1, _MAX_TOKENS),
-            "engine": name,
+            "engine": {"enum": list(_ENGINES)},
             "routing": {"enum": list(_ROUTINGS)},
         },
     }

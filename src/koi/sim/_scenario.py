@@ -182,6 +182,9 @@ class Event:
                 raise InvalidInput(f"{key}: required for a {self.kind.value} event")
 
 
+MIN_TICK_S = 1.0
+
+
 @attrs.frozen
 class Scenario:
     """A simulated run: duration, planning tick, fleet, jobs and scheduled events."""
@@ -200,6 +203,11 @@ class Scenario:
         _unique("jobs", [j.id for j in self.jobs])
         pool_ids = {p.id for p in self.pools}
         job_ids = {j.id for j in self.jobs}
+        if not self.pools:
+            raise InvalidInput("pools: a scenario needs at least one pool ([[pools]])")
+        if self.tick_s < MIN_TICK_S:
+            # A planner tick takes around a second of wall time; shorter ticks only spin.
+            raise InvalidInput(f"tick_s: must be >= {MIN_TICK_S:g} s, got {self.tick_s}")
         if self.tick_s > self.duration_s:
             msg = f"tick_s: must be <= duration ({self.duration_s}), got {self.tick_s}"
             raise InvalidInput(msg)

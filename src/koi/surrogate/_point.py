@@ -50,6 +50,9 @@ class ServingPrediction:
         return attrs.asdict(self)
 
 
+_MAX_REPLAYED_REPLICAS = 64
+
+
 def predict_serving(
     gpu: GpuSpec,
     model: ModelSpec,
@@ -135,6 +138,9 @@ def predict_serving(
         cfg.engine_profile(config.engine).chunk_admission,
     )
     use_replay = cfg.use_replay if replay is None else replay
+    # The replay simulates every replica; past a few dozen, routing pools nothing more and the
+    # closed form answers a million replicas in the time of one.
+    use_replay = use_replay and replicas <= _MAX_REPLAYED_REPLICAS
     floor = cfg.engine_profile(config.engine).request_floor_ms
     if protocol is None:
         protocol = (

@@ -6,6 +6,7 @@ from koi.types._deploy import KV_CACHE_DTYPES, Chain, Config, Ladder, Rank
 from koi.types._enums import (
     ActionKind,
     Arrival,
+    Engine,
     JobClass,
     LinkKind,
     Market,
@@ -45,6 +46,7 @@ __all__ = [
     "Chain",
     "ClusterSnapshot",
     "Config",
+    "Engine",
     "Environment",
     "GpuSpec",
     "Job",

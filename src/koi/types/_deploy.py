@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._enums import Quant, Routing, to_quant, to_routing
+from koi.types._enums import Engine, Quant, Routing, to_engine, to_quant, to_routing
 from koi.types._hardware import Environment
 from koi.types.validators import fraction, identifier, one_of, optional, positive_int, to_tuple
 
@@ -52,7 +52,7 @@ class Config:
     (``--kv-cache-dtype``: ``auto`` = BF16, or ``fp8``).
     """
 
-    engine: str = attrs.field(default="vllm", validator=identifier)
+    engine: Engine = attrs.field(default=Engine.VLLM, converter=to_engine, validator=one_of(Engine))
     tp: int = attrs.field(default=1, validator=positive_int)
     pp: int = attrs.field(default=1, validator=positive_int)
     quant: Quant = attrs.field(default=Quant.BF16, converter=to_quant, validator=one_of(Quant))

@@ -10,6 +10,7 @@ E = TypeVar("E", bound=enum.Enum)
 __all__ = [
     "ActionKind",
     "Arrival",
+    "Engine",
     "JobClass",
     "LinkKind",
     "Market",
@@ -51,6 +52,18 @@ class Quant(enum.StrEnum):
     @property
     def bytes_per_param(self) -> float:
         return {Quant.BF16: 2.0, Quant.FP8: 1.0, Quant.INT4: 0.5}[self]
+
+
+class Engine(enum.StrEnum):
+    """Serving engines: a closed set, the ones the surrogate has step-time profiles for.
+
+    An engine outside it could be neither predicted nor launched, so it is refused where it
+    enters (a snapshot, a proposal, an LLM reply) rather than deep in a tick or a launcher.
+    """
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TRTLLM = "trtllm"
 
 
 class Routing(enum.StrEnum):
@@ -133,6 +146,10 @@ def to_link(value: Any) -> LinkKind:
 
 def to_quant(value: Any) -> Quant:
     return _coerce(Quant, value)  # type: ignore[no-any-return]
+
+
+def to_engine(value: Any) -> Engine:
+    return _coerce(Engine, value)  # type: ignore[no-any-return]
 
 
 def to_routing(value: Any) -> Routing:

@@ -7,15 +7,19 @@ import attrs
 from koi.types._enums import LinkKind, Market, to_link, to_market
 from koi.types.validators import (
     identifier,
+    int_in,
     non_negative,
-    non_negative_int,
     one_of,
     optional,
     positive,
     positive_int,
 )
 
-__all__ = ["Environment", "GpuSpec", "Pool"]
+__all__ = ["MAX_COUNT", "Environment", "GpuSpec", "Pool"]
+
+# Ceiling of the GPU and instance counts of a snapshot: far above any fleet, far below what
+# overflows the selector's 64-bit arithmetic.
+MAX_COUNT = 1 << 31
 
 
 @attrs.frozen
@@ -87,7 +91,7 @@ class Pool:
     """
 
     environment: Environment
-    capacity_instances: int = attrs.field(validator=non_negative_int)
+    capacity_instances: int = attrs.field(validator=int_in(0, MAX_COUNT // 1024))
 
     @property
     def id(self) -> str:

@@ -17,11 +17,49 @@ T = TypeVar("T")
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
 
+class _NotCoerced(TypeError):
+    """A scalar of the wrong JSON type (its message is the whole explanation)."""
+
+
+# Scalars are taken as given, never coerced: ``2.999``, ``"2"`` and ``true`` are not the integer
+# 2, ``"0.5"`` is not a number and ``3`` is not a string.  (cattrs' defaults call ``int(x)``.)
+def _strict_int(value: Any, _type: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _NotCoerced(f"must be an integer, got {value!r}")
+    return value
+
+
+def _strict_float(value: Any, _type: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _NotCoerced(f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _strict_str(value: Any, _type: object) -> str:
+    if not isinstance(value, str):
+        raise _NotCoerced(f"must be a string, got {value!r}")
+    return value
+
+
+def _strict_bool(value: Any, _type: object) -> bool:
+    if not isinstance(value, bool):
+        raise _NotCoerced(f"must be true or false, got {value!r}")
+    return value
+
+
+_converter.register_structure_hook(int, _strict_int)
+_converter.register_structure_hook(float, _strict_float)
+_converter.register_structure_hook(str, _strict_str)
+_converter.register_structure_hook(bool, _strict_bool)
+
+
 def _describe(exc: BaseException, _type: object) -> str:
     if isinstance(exc, KoiError):
         return str(exc)
     if isinstance(exc, KeyError):
         return "required field missing"
+    if isinstance(exc, _NotCoerced):
+        return str(exc)
     if isinstance(exc, cattrs.ForbiddenExtraKeysError):
         return f"unknown field(s) {sorted(exc.extra_fields)}"
     return f"invalid value ({exc})"
@@ -68,10 +106,15 @@ def to_json(value: object, *, indent: int | None = None) -> str:
 
 def from_json(text: str, cls: type[T], *, where: str = "") -> T:
     """Parse JSON text into ``cls``; malformed JSON or values raise :class:`InvalidInput`."""
+    prefix = f"{where}: " if where else ""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        prefix = f"{where}: " if where else ""
         msg = f"{prefix}not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         raise InvalidInput(msg) from None
-    return from_data(data, cls, where=where)
+    except RecursionError:
+        raise InvalidInput(f"{prefix}JSON nested too deeply") from None
+    try:
+        return from_data(data, cls, where=where)
+    except RecursionError:
+        raise InvalidInput(f"{prefix}JSON nested too deeply") from None

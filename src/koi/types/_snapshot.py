@@ -10,9 +10,9 @@ import attrs
 from koi.errors import InvalidInput
 from koi.types._deploy import Ladder
 from koi.types._enums import ActionKind, to_action
-from koi.types._hardware import Pool
+from koi.types._hardware import MAX_COUNT, Pool
 from koi.types._workload import Job
-from koi.types.validators import identifier, non_negative, non_negative_int, one_of, to_tuple
+from koi.types.validators import identifier, int_in, non_negative, one_of, to_tuple
 
 __all__ = ["ActiveDeployment", "ClusterSnapshot", "JobAction", "LaunchResult", "Plan", "Quota"]
 
@@ -39,7 +39,7 @@ class Quota:
     """At most ``max_gpus`` GPUs for the jobs of one quota group (constraint C5)."""
 
     group: str = attrs.field(validator=identifier)
-    max_gpus: int = attrs.field(validator=non_negative_int)
+    max_gpus: int = attrs.field(validator=int_in(0, MAX_COUNT))
 
 
 @attrs.frozen
@@ -61,16 +61,23 @@ class ClusterSnapshot:
         _unique("quotas", [q.group for q in self.quotas])
         _unique("pools", [p.id for p in self.pools])
         _unique("active", [a.job_id for a in self.active])
-        job_ids = {j.id for j in self.jobs}
-        pool_ids = {p.id for p in self.pools}
+        models = {j.id: j.model for j in self.jobs}
+        pools = {p.id: p.environment for p in self.pools}
         for k, a in enumerate(self.active):
-            if a.job_id not in job_ids:
+            if a.job_id not in models:
                 raise InvalidInput(f"active[{k}].job_id: unknown job {a.job_id!r}")
             for r, rank in enumerate(a.ladder.ranks):
-                env_id = rank.chain.environment.id
-                if env_id not in pool_ids:
-                    msg = f"active[{k}].ladder.ranks[{r}]: unknown pool {env_id!r}"
-                    raise InvalidInput(msg)
+                where = f"active[{k}].ladder.ranks[{r}]"
+                env = rank.chain.environment
+                if env.id not in pools:
+                    raise InvalidInput(f"{where}: unknown pool {env.id!r}")
+                if env != pools[env.id]:
+                    raise InvalidInput(f"{where}: environment differs from pool {env.id!r}")
+                if rank.chain.model != models[a.job_id]:
+                    msg = (
+                        f"runs model {rank.chain.model!r}, job {a.job_id!r} is {models[a.job_id]!r}"
+                    )
+                    raise InvalidInput(f"{where}.chain.model: {msg}")
 
     def job(self, job_id: str) -> Job:
         for j in self.jobs:

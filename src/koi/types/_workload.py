@@ -9,6 +9,7 @@ from koi.types._enums import Arrival, JobClass, Outcome, to_arrival, to_job_clas
 from koi.types.validators import (
     fraction,
     identifier,
+    int_in,
     non_negative,
     non_negative_int,
     one_of,
@@ -18,6 +19,7 @@ from koi.types.validators import (
 )
 
 __all__ = [
+    "MAX_PRIORITY",
     "MIN_BATCH_WINDOW_S",
     "Job",
     "LengthDist",
@@ -25,6 +27,10 @@ __all__ = [
     "ServingTarget",
     "WorkloadProfile",
 ]
+
+# Priorities are levels, not weights: a million of them is plenty, and the selector keeps them
+# in 64-bit integers.
+MAX_PRIORITY = 1_000_000
 
 
 @attrs.frozen
@@ -127,7 +133,7 @@ class Job:
     target: ServingTarget
     tenant: str = attrs.field(default="default", validator=identifier)
     weights: ObjectiveWeights = attrs.field(factory=ObjectiveWeights)
-    priority: int = attrs.field(default=0, validator=non_negative_int)
+    priority: int = attrs.field(default=0, validator=int_in(0, MAX_PRIORITY))
     arrival_s: float = attrs.field(default=0.0, validator=non_negative)
     quota_group: str | None = None
     completed_requests: int = attrs.field(default=0, validator=non_negative_int)

@@ -85,6 +85,16 @@ def non_negative_int(_inst: object, attribute: attrs.Attribute[Any], value: obje
         raise _fail(attribute, "an integer >= 0", value)
 
 
+def int_in(low: int, high: int) -> Validator:
+    """An ``int`` in ``[low, high]`` (counts a solver stores in 64-bit integers get a ceiling)."""
+
+    def check(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise _fail(attribute, f"an integer in [{low}, {high}]", value)
+
+    return check
+
+
 def identifier(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A non-empty string without surrounding whitespace."""
     if not isinstance(value, str) or not value or value != value.strip():
