@@ -1,4 +1,4 @@
-"""Unit tests of the baselines: safety checks, orderings, posteriors, budgets, the oracle."""
+"""Unit tests of the baselines: safety checks, orderings, posteriors, budgets, the references."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from koi.baselines import (
     ArmPosterior,
     BaselineConfig,
     Evolutionary,
+    MilpTruth,
     Thompson,
     Toolkit,
     TruthProfiles,
@@ -24,7 +25,6 @@ from koi.baselines import (
     make_policy,
     safe_plan,
 )
-from koi.baselines._oracle import Oracle
 from koi.catalog import Catalog, load_catalog
 from koi.errors import InvalidInput
 from koi.sim import build_world
@@ -170,11 +170,34 @@ def test_thompson_moves_away_from_an_arm_that_keeps_missing(catalog: Catalog) ->
     assert first.kind is ActionKind.PLACE
     chain = first.ladder.ranks[0].chain
     running = ClusterSnapshot(snap.time_s, [job], snap.pools, [_active(job.id, first.ladder)])
+    arm = policy.running[job.id]
+    assert arm[:2] == (chain.environment.gpu, chain.config)
     bad = [_observation(job.id, chain, ttft=1e5, tpot=1e4) for _ in range(40)]
     plan = policy.decide(running, bad)
-    post = policy.posteriors[job.id][(chain.environment.gpu, chain.config)]
+    assert policy.running[job.id] != arm
+    post = policy.posteriors[job.id][arm]
     assert post.b >= 40
     assert plan.action(job.id).kind is ActionKind.RECONFIGURE
+
+
+def test_thompson_arms_scale_the_replica_count(catalog: Catalog) -> None:
+    tk = Toolkit.build(catalog.gpus, catalog.models)
+    snap = _smoke_world().snapshot()
+    job = next(j for j in snap.jobs if j.id == "chat-8b")
+    snap = ClusterSnapshot(snap.time_s, [job], snap.pools)
+    policy = Thompson(tk, np.random.default_rng(1))
+    arms = policy._arms(job, snap)
+    assert {m for _, _, m in arms} == {1.0, 1.5, 2.0}
+    doubled = Thompson(
+        tk, np.random.default_rng(1), BaselineConfig(thompson_replica_multipliers=(2.0,))
+    )
+    placed = doubled.decide(snap, ()).action(job.id).ladder
+    arm = doubled.running[job.id]
+    sized = doubled._arms(job, snap)[arm]
+    assert arm[2] == 2.0
+    assert placed.replicas == 2 * sized.replicas
+    with pytest.raises(InvalidInput, match="thompson_replica_multipliers"):
+        BaselineConfig(thompson_replica_multipliers=(0.5,))
 
 
 def _active(job_id: str, ladder: Ladder):  # type: ignore[no-untyped-def]
@@ -206,29 +229,29 @@ _SHAPE: dict[str, Any] = {
 }
 
 
-def test_oracle_sees_the_truth_and_follows_driver_updates(catalog: Catalog) -> None:
+def test_milp_truth_sees_the_truth_and_follows_driver_updates(catalog: Catalog) -> None:
     world = build_world("smoke", seed=3)
-    oracle = make_policy("oracle", catalog=catalog, seed=3, world=world)
-    assert isinstance(oracle, Oracle)
+    reference = make_policy("milp-truth", catalog=catalog, seed=3, world=world)
+    assert isinstance(reference, MilpTruth)
     gpu, model = catalog.gpus["L4"], catalog.models["Llama-3.1-8B"]
     config = Config()
     truth = TruthModel(world.seed, world.cfg.truth)
     step = TruthProfiles(truth).step_model(gpu, model, config).step(**_SHAPE).time_s
-    mine = oracle.toolkit.surrogate.step_model(gpu, model, config)[0].step(**_SHAPE).time_s
+    mine = reference.toolkit.surrogate.step_model(gpu, model, config)[0].step(**_SHAPE).time_s
     prior = OperatorModel(gpu, model, config).step(**_SHAPE).time_s
     assert mine == pytest.approx(step)
     assert abs(mine / prior - 1) > 0.02  # the truth is not the prior
-    oracle._advance(15 * 60.0)  # smoke: L4 driver update to 0.8x speed at 15 min
-    later = oracle.toolkit.surrogate.step_model(gpu, model, config)[0].step(**_SHAPE).time_s
+    reference._advance(15 * 60.0)  # smoke: L4 driver update to 0.8x speed at 15 min
+    later = reference.toolkit.surrogate.step_model(gpu, model, config)[0].step(**_SHAPE).time_s
     assert later == pytest.approx(mine / 0.8, rel=1e-6)
 
 
 def test_make_policy_names_and_errors(catalog: Catalog) -> None:
     for name in PLANNERS:
-        if name in ("oracle", "oracle-koi"):
+        if name in ("milp-truth", "koi-truth"):
             continue
         assert make_policy(name, catalog=catalog, seed=0).name == name
-    for reference in ("oracle", "oracle-koi"):
+    for reference in ("milp-truth", "koi-truth"):
         with pytest.raises(InvalidInput, match="needs the world"):
             make_policy(reference, catalog=catalog)
     with pytest.raises(InvalidInput, match="LLM"):

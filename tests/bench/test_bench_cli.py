@@ -85,7 +85,9 @@ def test_report_and_calibration_trace(bench: tuple[dict[str, Any], Path, str]) -
     _, out, _ = bench
     report = (out / "report.md").read_text()
     assert "| koi |" in report
-    assert "oracle*" in report
+    assert "milp-truth*" in report
+    assert "koi-truth*" in report
+    assert "## koi per metric" in report
     koi = json.loads((out / "traces" / "koi-seed0.json").read_text())
     cal = koi["calibration"]
     assert len(cal) == len(koi["trace"]["ticks"])

@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from koi.sim import BatchRecord, JobWindow, TickRecord, Trace, evaluate, time_series
+from koi.sim import (
+    BatchRecord,
+    JobWindow,
+    TickRecord,
+    Trace,
+    evaluate,
+    online_admission,
+    time_series,
+)
 
 
 def _tick(
@@ -66,7 +74,7 @@ def _trace(batch_done: float | None = 150.0) -> Trace:
 
 def test_metrics_follow_the_definitions() -> None:
     m = evaluate(_trace())
-    assert m.online_admission == 0.5  # b was never served
+    assert m.online_admission == pytest.approx((180 / 200 + 0.0) / 2)  # b never served
     assert m.batch_admission == 1.0
     assert m.batch_progress == pytest.approx(0.5)
     assert m.ttft_attainment == pytest.approx(160 / 400)  # unserved b counts as misses
@@ -78,7 +86,7 @@ def test_metrics_follow_the_definitions() -> None:
     assert m.cost_usd == 20.0
     assert m.cost_per_slo_token_usd == pytest.approx(20 / 14_000)
     q = (0.4 + 0.35 + 1.0) / 3
-    c = (0.5 + 1.0 + 0.5) / 3
+    c = (0.45 + 1.0 + 0.5) / 3
     e = math.sqrt((70 / 210) * min(1.0, 1e-4 / (20 / 14_000)))
     assert m.quality == pytest.approx(q)
     assert m.coverage == pytest.approx(c)
@@ -112,3 +120,58 @@ def test_time_series() -> None:
     assert s["gpus:H100-SXM"] == (8.0, 8.0)
     assert s["cost_usd_per_h"] == (360.0, 360.0)
     assert s["plan_time_s"] == (0.1, 0.3)
+
+
+def test_a_job_served_for_one_window_is_not_admitted() -> None:
+    """Online admission is served / offered requests per job, not "ever served"."""
+    served = JobWindow("a", offered=100, offered_tokens=1_000, finished=100)
+    refused = JobWindow("a", offered=100, offered_tokens=1_000)
+    ticks = tuple(_tick(i, (served if i == 0 else refused,)) for i in range(10))
+    m = evaluate(Trace("t", "p", 0, 1000.0, ("a",), ticks, (), 1e-4))
+    assert m.online_admission == pytest.approx(0.1)
+
+
+def test_online_admission_is_a_mean_over_jobs() -> None:
+    # A busy job does not outweigh a small one; nothing offered leaves a job out.
+    share = online_admission({"a": 1000.0, "b": 0.0, "c": 0.0}, {"a": 1000.0, "b": 10.0, "c": 0})
+    assert share == pytest.approx(0.5)
+    assert online_admission({}, {}) == 1.0
+    assert online_admission({"a": 150.0}, {"a": 100.0}) == 1.0  # a backlog finishing later
+
+
+def test_refusing_a_job_lowers_quality_coverage_and_goodput_share() -> None:
+    """What docs/evaluation.md states: refusing never raises Q, C or goodput / offered."""
+    a = JobWindow(
+        "a",
+        offered=100,
+        offered_tokens=10_000,
+        finished=100,
+        ttft_ok=90,
+        tpot_ok=90,
+        slo_ok=90,
+        slo_tokens=9_000,
+        output_tokens=10_000,
+    )
+    b_served = JobWindow(
+        "b",
+        offered=100,
+        offered_tokens=10_000,
+        finished=100,
+        ttft_ok=10,
+        tpot_ok=10,
+        slo_ok=10,
+        slo_tokens=1_000,
+        output_tokens=10_000,
+    )
+    b_refused = JobWindow("b", offered=100, offered_tokens=10_000)
+    serve = evaluate(
+        Trace("t", "p", 0, 100.0, ("a", "b"), (_tick(0, (a, b_served), cost=20.0),), (), 1e-4)
+    )
+    refuse = evaluate(
+        Trace("t", "p", 0, 100.0, ("a", "b"), (_tick(0, (a, b_refused), cost=10.0),), (), 1e-4)
+    )
+    assert refuse.quality < serve.quality
+    assert refuse.coverage < serve.coverage
+    assert refuse.goodput_tok_s < serve.goodput_tok_s
+    # ... but the cost term can rise: b earned less per dollar than a.
+    assert refuse.cost_per_slo_token_usd < serve.cost_per_slo_token_usd

@@ -94,5 +94,6 @@ def test_smoke_runs_the_koi_planner_in_seconds() -> None:
     result = run("smoke", planner, seed=0)
     assert result.wall_s < 30
     assert result.metrics.rejected_actions == 0
-    assert result.metrics.online_admission == 1.0
+    # Every online job served; requests offered while a job's first chain loads are not.
+    assert 0.85 < result.metrics.online_admission < 1.0
     assert result.metrics.goodput_tok_s > 0

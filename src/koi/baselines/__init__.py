@@ -9,8 +9,10 @@ returns passes the host's safety checks (capacity C1, feasibility C2)::
 
     result = run("smoke", make_policy("edf", seed=0), seed=0)
 
-The oracle is a reference ceiling, never a competitor: it alone sees the truth, through the
-world it is built with (``make_policy("oracle", world=build_world(scenario, seed=s))``).
+Two references, never competitors and never ceilings, see the truth through the world they are
+built with (``make_policy("milp-truth", world=build_world(scenario, seed=s))``): ``milp-truth``
+(the rolling MILP with the true step model) and ``koi-truth`` (koi with perfect hardware
+knowledge).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from koi.baselines._config import BaselineConfig
 from koi.baselines._evolution import Evolutionary
 from koi.baselines._koi import KoiPolicy, koi_config
 from koi.baselines._milp import RollingMilp
-from koi.baselines._oracle import Oracle, TruthProfiles
+from koi.baselines._milp_truth import MilpTruth, TruthProfiles
 from koi.baselines._perjob import PerJob
 from koi.baselines._queue import BestFixed, QueueFirstFit, edf_key, fcfs_key
 from koi.baselines._registry import (
@@ -48,7 +50,7 @@ __all__ = [
     "BestFixed",
     "Evolutionary",
     "KoiPolicy",
-    "Oracle",
+    "MilpTruth",
     "PerJob",
     "QueueFirstFit",
     "RollingMilp",

@@ -1,4 +1,4 @@
-"""The rolling joint MILP (the CP-SAT-style global optimiser) and its truth-fed oracle.
+"""The rolling joint MILP (the CP-SAT-style global optimiser).
 
 Every tick, for every job: the default proposer's short list (sized and placed by the
 surrogate), the incumbent and the empty ladder, each scored ``J_i − λ Switch_i`` — γ = 0 (no
@@ -38,7 +38,7 @@ class RollingMilp:
     name: str = "rolling-milp"
 
     def jobs(self, snapshot: ClusterSnapshot) -> list[Job]:
-        """The jobs to plan (the oracle substitutes the true workloads here)."""
+        """The jobs to plan (``milp-truth`` substitutes the true workloads here)."""
         return list(snapshot.jobs)
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:

@@ -12,7 +12,7 @@ from koi.baselines._config import BaselineConfig
 from koi.baselines._evolution import Evolutionary
 from koi.baselines._koi import KoiPolicy, koi_config
 from koi.baselines._milp import RollingMilp
-from koi.baselines._oracle import Oracle, TruthProfiles
+from koi.baselines._milp_truth import MilpTruth, TruthProfiles
 from koi.baselines._perjob import PerJob
 from koi.baselines._queue import BestFixed, QueueFirstFit, edf_key, fcfs_key
 from koi.baselines._thompson import Thompson
@@ -34,7 +34,7 @@ __all__ = [
     "make_policy",
 ]
 
-#: Every built-in planner, in table order: koi, its ablations, the baselines, the oracle.
+#: Every built-in planner, in table order: koi, its ablations, the baselines, the references.
 PLANNERS: tuple[str, ...] = (
     "koi",
     "koi-nograph",
@@ -46,22 +46,22 @@ PLANNERS: tuple[str, ...] = (
     "rolling-milp",
     "thompson",
     "evolutionary",
-    "oracle",
-    "oracle-koi",
+    "milp-truth",
+    "koi-truth",
 )
-#: ``koi bench``'s default set: every non-LLM planner and both references.  ``oracle`` is the
-#: rolling MILP on the truth that DESIGN §10.4 specifies; ``oracle-koi`` is koi's own planner
-#: with the truth as its step model — the ceiling koi's decisions can reach (the MILP oracle has
-#: no risk term, so koi can beat it; see docs/benchmark.md).
+#: ``koi bench``'s default set: every non-LLM planner and both references.  ``milp-truth`` is
+#: the rolling MILP on the truth (DESIGN §10.4's oracle); ``koi-truth`` is koi's own planner with
+#: the truth as its step model ("koi with perfect hardware knowledge").  Both are references,
+#: not ceilings: either can score below a planner that learns (see docs/benchmark.md).
 DEFAULT_PLANNERS: tuple[str, ...] = PLANNERS
 #: Extra planners outside the default set (none at present).
 EXTRA_PLANNERS: tuple[str, ...] = ()
 #: Planners that draw random numbers (their seed is the run's seed).
 STOCHASTIC: frozenset[str] = frozenset({"thompson", "evolutionary"})
 #: Reference planners that may see the truth; never competitors.
-REFERENCE: frozenset[str] = frozenset({"oracle", "oracle-koi"})
+REFERENCE: frozenset[str] = frozenset({"milp-truth", "koi-truth"})
 #: Planners built on koi's planner: the only ones that read a :class:`~koi.config.KoiConfig`.
-CONFIGURABLE: frozenset[str] = frozenset({"koi", "koi-nograph", "koi-frozen", "oracle-koi"})
+CONFIGURABLE: frozenset[str] = frozenset({"koi", "koi-nograph", "koi-frozen", "koi-truth"})
 #: LLM planners of the paper; they need an LLM plugin and are not built in.
 LLM_PLANNERS: tuple[str, ...] = ("llm-only", "llm-agent")
 
@@ -96,7 +96,7 @@ def _koi(b: _Build) -> Policy:
     return KoiPolicy(Planner(config=koi_config(b.name, b.config), catalog=b.catalog, name=b.name))
 
 
-def _oracle_koi(b: _Build) -> Policy:
+def _koi_truth(b: _Build) -> Policy:
     world = b.truth()
     base = koi_config("koi", b.config)
     profiles = TruthProfiles(TruthModel(world.seed, world.cfg.truth))
@@ -106,9 +106,9 @@ def _oracle_koi(b: _Build) -> Policy:
     return KoiPolicy(Planner(config=base, catalog=b.catalog, surrogate=surrogate, name=b.name))
 
 
-def _oracle(b: _Build) -> Policy:
+def _milp_truth(b: _Build) -> Policy:
     world = b.truth()
-    return Oracle(
+    return MilpTruth(
         gpus=dict(b.catalog.gpus),
         models=dict(b.catalog.models),
         scenario=world.scenario,
@@ -132,8 +132,8 @@ _BUILDERS: dict[str, Callable[[_Build], Policy]] = {
     ),
     "thompson": lambda b: Thompson(b.toolkit(), b.rng(), b.cfg),
     "evolutionary": lambda b: Evolutionary(b.toolkit(), b.rng(), b.cfg),
-    "oracle": _oracle,
-    "oracle-koi": _oracle_koi,
+    "milp-truth": _milp_truth,
+    "koi-truth": _koi_truth,
 }
 
 
@@ -150,9 +150,9 @@ def make_policy(
 
     ``catalog`` defaults to :func:`koi.catalog.load_catalog`; ``seed`` seeds stochastic
     planners; ``world`` (a :class:`koi.sim.World` built for the run's scenario and seed) is
-    required by — and only given to — the references.  ``config`` is the base
-    :class:`~koi.config.KoiConfig` of koi's planners (its ablations switch their part off on
-    top of it); the baselines do not read it.
+    required by — and only given to — the references (``milp-truth``, ``koi-truth``).
+    ``config`` is the base :class:`~koi.config.KoiConfig` of koi's planners (its ablations
+    switch their part off on top of it); the baselines do not read it.
     """
     builder = _BUILDERS.get(name)
     if builder is None:

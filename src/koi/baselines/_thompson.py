@@ -1,12 +1,14 @@
 r"""Contextual Thompson sampling over configurations per job (an outcome-learning baseline).
 
 Each job's arms are its ``K`` most promising (GPU type, config) pairs by the surrogate's
-screen — the context is the job itself (model, workload, target).  Per arm the planner holds
+screen, each at several replica multipliers (by default 1×, 1.5× and 2× the surrogate's
+replica count for the job's demand) — the context is the job itself (model, workload,
+target).  Per arm the planner holds
 
 * a Beta posterior on the chance that a window meets the job's SLO (online: both p99 bounds and
   a healthy rank; batch: a non-negative deadline margin), with prior
-  ``Beta(1 + k·m, 1 + k·(1 − m))`` where ``m`` is 1 if the surrogate says the arm meets the
-  target and ``k`` the prior weight;
+  ``Beta(1 + k·m, 1 + k·(1 − m))`` where ``m`` is 1 if the surrogate's screen says the arm (at
+  its replica count) meets the target and ``k`` the prior weight;
 * a Gaussian posterior on the log cost per Mtok, prior mean from the surrogate, updated with
   the observed cost by the conjugate known-variance rule
   :math:`\mu' = (\mu/\sigma^2 + \sum x/s^2)/(1/\sigma^2 + n/s^2)`.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -39,11 +41,13 @@ from koi.types import (
     Ladder,
     Observation,
     Plan,
+    Rank,
 )
 
 __all__ = ["ArmPosterior", "Thompson"]
 
-Arm = tuple[str, Config]
+#: (GPU type, config, replica multiplier).
+Arm = tuple[str, Config, float]
 
 
 @attrs.define
@@ -68,14 +72,8 @@ class ArmPosterior:
         return theta * math.exp(-float(rng.normal(self.mu, self.sd)))
 
 
-def arm_of(chain: Chain) -> Arm:
-    return chain.environment.gpu, chain.config
-
-
 def _success(job: Job, obs: Observation) -> bool:
-    if not obs.healthy:
-        return False
-    return meets_target(job, obs.outcomes)
+    return obs.healthy and meets_target(job, obs.outcomes)
 
 
 @attrs.define
@@ -87,38 +85,72 @@ class Thompson:
     cfg: BaselineConfig = attrs.field(factory=BaselineConfig)
     name: str = "thompson"
     posteriors: dict[str, dict[Arm, ArmPosterior]] = attrs.field(factory=dict)
+    #: The arm each job runs on (what its observations are evidence about).
+    running: dict[str, Arm] = attrs.field(factory=dict)
+
+    def replicas(self, arm: Arm, sized: SizedOption) -> int:
+        """The arm's replica count: the surrogate's sizing times the arm's multiplier."""
+        return max(1, math.ceil(sized.replicas * arm[2] - 1e-9))
 
     def _arms(self, job: Job, snapshot: ClusterSnapshot) -> dict[Arm, SizedOption]:
         tk = self.toolkit
         ranked = tk.ranked(tk.options(job, snapshot), snapshot)
-        arms: dict[Arm, SizedOption] = {}
+        configs: dict[tuple[str, Config], SizedOption] = {}
         # The best per GPU type first (diversity), then the rest by rank.
         seen: set[str] = set()
         for sized in ranked:
             if sized.option.gpu not in seen:
                 seen.add(sized.option.gpu)
-                arms[sized.option.gpu, sized.option.config] = sized
+                configs[sized.option.gpu, sized.option.config] = sized
         for sized in ranked:
-            arms.setdefault((sized.option.gpu, sized.option.config), sized)
-        keep = list(arms)[: self.cfg.thompson_arms]
+            configs.setdefault((sized.option.gpu, sized.option.config), sized)
+        arms = {
+            (gpu, config, m): sized
+            for (gpu, config), sized in list(configs.items())[: self.cfg.thompson_arms]
+            for m in self.cfg.thompson_replica_multipliers
+        }
         post = self.posteriors.setdefault(job.id, {})
         cheapest = tk.cheapest_gpu_price(snapshot)
-        for arm in keep:
+        for arm, s in arms.items():
             if arm not in post:
-                s = arms[arm]
-                m = 1.0 if s.meets_target else 0.0
-                k = self.cfg.thompson_prior
-                cost = max(tk.option_cost(s, cheapest), 1e-9)
-                post[arm] = ArmPosterior(
-                    1.0 + k * m, 1.0 + k * (1 - m), math.log(cost), self.cfg.thompson_cost_sd
+                post[arm] = self._prior(job, arm, s, snapshot, cheapest)
+        return arms
+
+    def _prior(
+        self,
+        job: Job,
+        arm: Arm,
+        sized: SizedOption,
+        snapshot: ClusterSnapshot,
+        cheapest: Mapping[str, float],
+    ) -> ArmPosterior:
+        """The surrogate's verdict on the arm at its own replica count."""
+        tk, k = self.toolkit, self.cfg.thompson_prior
+        n = self.replicas(arm, sized)
+        meets, cost = sized.meets_target, tk.option_cost(sized, cheapest)
+        if n != sized.replicas:
+            chain = Chain(job.model, sized.option.shape, sized.option.config)
+            pred = tk.surrogate.screen(job, Ladder((Rank(chain, n),)), now_s=snapshot.time_s)
+            if pred.feasible:
+                meets = meets_target(job, pred.outcomes)
+                cost *= pred.outcomes.cost_per_mtok_usd / max(
+                    sized.prediction.outcomes.cost_per_mtok_usd, 1e-12
                 )
-        return {arm: arms[arm] for arm in keep}
+        m = 1.0 if meets else 0.0
+        log_cost = math.log(max(cost, 1e-9))
+        return ArmPosterior(1.0 + k * m, 1.0 + k * (1 - m), log_cost, self.cfg.thompson_cost_sd)
+
+    def _arm_of(self, job_id: str, chain: Chain) -> Arm:
+        arm = self.running.get(job_id)
+        if arm is not None and arm[:2] == (chain.environment.gpu, chain.config):
+            return arm
+        return chain.environment.gpu, chain.config, 1.0
 
     def _learn(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> None:
         jobs = {j.id: j for j in snapshot.jobs}
         for obs in observations:
             job = jobs.get(obs.job_id)
-            post = self.posteriors.get(obs.job_id, {}).get(arm_of(obs.chain))
+            post = self.posteriors.get(obs.job_id, {}).get(self._arm_of(obs.job_id, obs.chain))
             if job is None or post is None or obs.requests <= 0:
                 continue
             needed = ("p99_ttft_ms", "p99_tpot_ms") if job.is_online else ("slo_margin",)
@@ -149,7 +181,9 @@ class Thompson:
             if mine is not None:
                 for pid, g in mine.gpus_by_pool().items():
                     room[pid] = room.get(pid, 0) + g
-                own = defaultdict(int, {arm_of(r.chain): r.replicas for r in mine.ranks})
+                own: defaultdict[Arm, int] = defaultdict(int)
+                for r in mine.ranks:
+                    own[self._arm_of(job.id, r.chain)] += r.replicas
                 main = max(own, key=lambda a: own[a])
                 own_draw = draws.get(main)
                 if own_draw is None:
@@ -158,12 +192,15 @@ class Thompson:
                 if best == main or draws[best] <= (1 + self.cfg.thompson_switch_margin) * own_draw:
                     continue  # keep
             chosen: Ladder | None = None
+            picked: Arm | None = None
             for arm in sorted(draws, key=lambda a: -draws[a]):
-                chosen = tk.place(job, arms[arm], snapshot, room)
+                n = self.replicas(arm, arms[arm])
+                chosen, picked = tk.place(job, arms[arm], snapshot, room, replicas=n), arm
                 if chosen is not None:
                     break
-            if chosen is None or chosen == mine:
+            if chosen is None or picked is None or chosen == mine:
                 continue
+            self.running[job.id] = picked
             for pid, g in chosen.gpus_by_pool().items():
                 room[pid] -= g
             free = room

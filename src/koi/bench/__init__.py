@@ -1,7 +1,7 @@
 """The benchmark of paper §3: planners × seeds on a scenario, sweeps, the table and the report.
 
 >>> from koi.bench import run_bench, format_table          # doctest: +SKIP
->>> result = run_bench("smoke", ["koi", "fcfs", "oracle"], seeds=1, jobs=1)
+>>> result = run_bench("smoke", ["koi", "fcfs", "milp-truth"], seeds=1, jobs=1)
 >>> print(format_table(result.summary))
 
 Runs execute in a local process pool or, with ``executor=parse_executor("dask")`` and the
@@ -10,9 +10,12 @@ Runs execute in a local process pool or, with ``executor=parse_executor("dask")`
 
 from __future__ import annotations
 
+from koi.bench._claims import CLAIM_METRICS, Claim, claims, format_claims
 from koi.bench._executor import ExecutorSpec, InlineExecutor, open_executor, parse_executor
 from koi.bench._report import mean_series, plots_available, write_report
 from koi.bench._runner import (
+    DEVELOPMENT_SEEDS,
+    HELD_OUT_SEED_START,
     METRICS,
     BenchResult,
     RunTask,
@@ -27,9 +30,13 @@ from koi.bench._sweep import Sweep, SweepResult, load_sweep, parse_sweep, run_sw
 from koi.bench._table import COLUMNS, format_table
 
 __all__ = [
+    "CLAIM_METRICS",
     "COLUMNS",
+    "DEVELOPMENT_SEEDS",
+    "HELD_OUT_SEED_START",
     "METRICS",
     "BenchResult",
+    "Claim",
     "ExecutorSpec",
     "InlineExecutor",
     "RunTask",
@@ -37,7 +44,9 @@ __all__ = [
     "SweepResult",
     "aggregate",
     "check_planners",
+    "claims",
     "execute",
+    "format_claims",
     "format_table",
     "load_sweep",
     "mean_series",

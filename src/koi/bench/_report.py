@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from koi.bench._claims import claims, format_claims
 from koi.bench._table import format_table
 
 __all__ = ["mean_series", "plots_available", "write_report"]
@@ -66,6 +67,9 @@ def write_report(result: Any, out_dir: str | Path) -> list[Path]:
         "",
         format_table(result.summary, markdown=True),
     ]
+    rows = claims(result.summary)
+    if rows:
+        md += ["## koi per metric", "", format_claims(rows, markdown=True)]
     for fname, caption in images:
         md += [f"## {caption}", "", f"![{caption}]({fname})", ""]
     if not images:

@@ -199,7 +199,7 @@ def run_sweep(
     """Run every cell of ``sweep`` on ``executor`` (see :func:`koi.bench.run_tasks`), the
     slowest planners first; ``on_run`` gets each finished run's record (with ``knobs`` and
     ``label``) as it comes.  The result lists the runs in grid order."""
-    from koi.baselines import CONFIGURABLE
+    from koi.baselines import CONFIGURABLE, REFERENCE
     from koi.sim import load_scenario
 
     loaded = {name: load_scenario(name) for name in sweep.scenarios}
@@ -207,10 +207,10 @@ def run_sweep(
     if len(set(names)) != len(names):
         raise InvalidInput(f"sweep.scenarios: two scenarios share a name: {names}")
     cells = sweep.cells()
-    # The slowest planners (koi's, then the oracle) go first, so the last runs are short.
+    # The slowest planners (koi's, then the references) go first, so the last runs are short.
     order = sorted(
         range(len(cells)),
-        key=lambda k: (cells[k][1] not in CONFIGURABLE, cells[k][1] != "oracle"),
+        key=lambda k: (cells[k][1] not in CONFIGURABLE, cells[k][1] not in REFERENCE),
     )
     tasks = [
         RunTask(loaded[sc], p, seed, knobs=knobs)

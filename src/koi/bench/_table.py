@@ -37,7 +37,8 @@ def _cell(mean: float | None, spread: float | None, kind: str) -> str:
 def format_table(summary: Mapping[str, Mapping[str, Any]], *, markdown: bool = False) -> str:
     """The table of :func:`koi.bench.aggregate`'s ``summary``, as text or Markdown.
 
-    The planner column marks the reference (``oracle*``) and stochastic planners (``†``).
+    The planner column marks the references (``milp-truth*``, ``koi-truth*``) and the
+    stochastic planners (``†``).
     """
     headers = ["Planner", "Seeds", *(h for _, h, _ in COLUMNS)]
     rows: list[list[str]] = []
@@ -57,7 +58,7 @@ def format_table(summary: Mapping[str, Mapping[str, Any]], *, markdown: bool = F
         )
     notes = (
         "mean ± sample std over seeds (the seed draws the world too); "
-        "* reference ceiling (sees the truth), † stochastic planner"
+        "* reference, not a competitor (sees the truth), † stochastic planner"
     )
     if markdown:
         lines = [

@@ -16,8 +16,8 @@ def register(subparsers: Any) -> None:
         "bench",
         help="compare koi with the baselines on a simulated fleet",
         description=(
-            "Run planners (default: every non-LLM planner, the oracle as the reference "
-            "ceiling) on a simulated-fleet scenario over several seeds, in parallel processes "
+            "Run planners (default: every non-LLM planner and the two truth-fed references) "
+            "on a simulated-fleet scenario over several seeds, in parallel processes "
             "or on a Dask cluster (--executor dask); "
             "print the table (mean ± spread over seeds), write results.json, per-planner "
             "traces and, with matplotlib installed, PNG plots and report.md to --out."
@@ -27,7 +27,16 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--planners", default=None, help="comma-separated planner names (default: all non-LLM)"
     )
-    p.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 per planner (default 3)")
+    p.add_argument("--seeds", type=int, default=3, help="N seeds per planner (default 3)")
+    p.add_argument(
+        "--seed-start",
+        type=int,
+        default=0,
+        help=(
+            "first seed (default 0): seeds K..K+N-1; 0-2 are the development seeds, "
+            "3 and up are held out"
+        ),
+    )
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out/)")
     p.add_argument(
         "--jobs",
@@ -52,7 +61,14 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from koi.baselines import DEFAULT_PLANNERS
-    from koi.bench import format_table, parse_executor, run_bench, write_report
+    from koi.bench import (
+        claims,
+        format_claims,
+        format_table,
+        parse_executor,
+        run_bench,
+        write_report,
+    )
 
     planners = (
         [p.strip() for p in args.planners.split(",") if p.strip()]
@@ -64,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"koi bench: {args.scenario}, {len(planners)} planner(s) x {args.seeds} seed(s) "
-        f"on {executor}",
+        f"from seed {args.seed_start} on {executor}",
         file=sys.stderr,
         flush=True,
     )
@@ -72,6 +88,7 @@ def _run(args: argparse.Namespace) -> int:
         args.scenario,
         planners,
         seeds=args.seeds,
+        seed_start=args.seed_start,
         jobs=args.jobs,
         executor=executor,
         out_dir=out,
@@ -80,8 +97,11 @@ def _run(args: argparse.Namespace) -> int:
     )
     data = result.to_dict()
     data["command"] = (
-        f"koi bench --scenario {args.scenario} --seeds {args.seeds} --planners {','.join(planners)}"
+        f"koi bench --scenario {args.scenario} --seeds {args.seeds} "
+        f"--seed-start {args.seed_start} --planners {','.join(planners)}"
     )
+    rows = claims(result.summary)
+    data["claims"] = [c.to_dict() for c in rows]
     (out / "results.json").write_text(json.dumps(data, indent=2))
     if not args.no_plots:
         write_report(result, out)
@@ -89,5 +109,7 @@ def _run(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
     else:
         print(format_table(result.summary))
+        if rows:
+            print(format_claims(rows))
         print(f"results: {out / 'results.json'}  (wall {result.wall_s:.0f} s)")
     return 0

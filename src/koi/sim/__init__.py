@@ -18,7 +18,7 @@ rebuilds the truth of a world from its seed); a competing policy must never use 
 from __future__ import annotations
 
 from koi.sim._config import LaunchConfig, SamplingConfig, SimConfig, TruthConfig
-from koi.sim._evaluate import Metrics, evaluate, time_series
+from koi.sim._evaluate import Metrics, evaluate, online_admission, time_series
 from koi.sim._fidelity import SurrogateError, surrogate_error
 from koi.sim._plugin import SimFleetHost
 from koi.sim._policy import DeferAll, FirstFit, Policy, greedy_first_fit, over_provision
@@ -64,6 +64,7 @@ __all__ = [
     "event_rng",
     "greedy_first_fit",
     "load_scenario",
+    "online_admission",
     "over_provision",
     "parse_scenario",
     "resolve_pools",

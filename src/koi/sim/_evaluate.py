@@ -2,7 +2,9 @@
 
 Denominators are defined by the workload, never by what a policy chose to serve: offered
 online requests (served or not), every online and batch job of the scenario, requested batch
-tokens.  Refusing or dropping work therefore never raises a score.
+tokens.  Refusing or dropping work therefore never raises quality, coverage or the goodput
+share; it can lower the cost per SLO token (docs/evaluation.md says by how much that moves the
+composite).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from koi.sim._trace import Trace
 
-__all__ = ["Metrics", "evaluate", "time_series"]
+__all__ = ["Metrics", "evaluate", "online_admission", "time_series"]
 
 
 @attrs.frozen
@@ -51,6 +53,16 @@ def _ratio(num: float, den: float, empty: float = 1.0) -> float:
     return empty if den <= 0 else min(1.0, max(0.0, num / den))
 
 
+def online_admission(served: Mapping[str, float], offered: Mapping[str, float]) -> float:
+    """Mean over online jobs of served / offered requests over the run (each clipped to 1).
+
+    A job served for one window and refused afterwards is admitted for that window's share
+    only.  Jobs that were offered nothing are left out; with none left, 1 (nothing was asked).
+    """
+    shares = [_ratio(served.get(j, 0.0), n) for j, n in sorted(offered.items()) if n > 0]
+    return sum(shares) / len(shares) if shares else 1.0
+
+
 def evaluate(trace: Trace) -> Metrics:
     r"""Compute the metrics of DESIGN §10.3 from ``trace``.
 
@@ -67,6 +79,9 @@ def evaluate(trace: Trace) -> Metrics:
     """
     online = set(trace.online_jobs)
     served: set[str] = set()
+    # Per online job: requests offered and served over the run (online admission).
+    job_offered: dict[str, float] = dict.fromkeys(online, 0.0)
+    job_served: dict[str, float] = dict.fromkeys(online, 0.0)
     offered = offered_tok = ttft_ok = tpot_ok = slo_tok = dropped = cost = 0.0
     swaps = keeps = rejected = 0
     for tick in trace.ticks:
@@ -78,6 +93,8 @@ def evaluate(trace: Trace) -> Metrics:
             if w.finished > 0 or w.batch_completed > 0:
                 served.add(w.job_id)
             if w.job_id in online:
+                job_offered[w.job_id] += w.offered
+                job_served[w.job_id] += w.finished
                 offered += w.offered
                 offered_tok += w.offered_tokens
                 ttft_ok += w.ttft_ok
@@ -96,7 +113,7 @@ def evaluate(trace: Trace) -> Metrics:
     offered_rate = (offered_tok + requested_tok) / duration
     cost_per = cost / slo_tokens if slo_tokens > 0 else math.inf
 
-    online_adm = _ratio(len(served & online), len(online))
+    online_adm = online_admission(job_served, job_offered)
     batch_adm = _ratio(sum(b.job_id in served for b in batch), len(batch))
     progress = _ratio(progress_tok, requested_tok)
     a_ttft = _ratio(ttft_ok, offered)

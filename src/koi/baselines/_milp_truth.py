@@ -1,12 +1,13 @@
-"""The oracle: the rolling joint MILP with the simulated fleet's truth as its step model.
+"""``milp-truth``: the rolling joint MILP with the simulated fleet's truth as its step model.
 
-A reference ceiling, never a competitor, and the only planner that touches the truth: its
-surrogate's step times come from a :class:`~koi.sim.TruthModel` drawn for the same world seed
-(the hidden efficiency factors are a pure function of the seed), its GPU speeds follow the
-scenario's engine/driver updates as they happen (drawn exactly as the world draws them), and
-it plans with the drifted workloads.  What it cannot know in advance — which replica will fail
-to materialize or run slow, when spot capacity is preempted — it learns only from the
-snapshots, like everyone else.
+A reference, never a competitor, and (with ``koi-truth``) the only planner that touches the
+truth.  It is not a ceiling: it shows what the rolling MILP does with perfect hardware
+knowledge, and planners that learn or hedge can beat it.  Its surrogate's step times come from
+a :class:`~koi.sim.TruthModel` drawn for the same world seed (the hidden efficiency factors are
+a pure function of the seed), its GPU speeds follow the scenario's engine/driver updates as
+they happen (drawn exactly as the world draws them), and it plans with the drifted workloads.
+What it cannot know in advance — which replica will fail to materialize or run slow, when spot
+capacity is preempted — it learns only from the snapshots, like everyone else.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from koi.types import (
     Plan,
 )
 
-__all__ = ["Oracle", "TruthProfiles"]
+__all__ = ["MilpTruth", "TruthProfiles"]
 
 
 @attrs.define
@@ -54,7 +55,7 @@ def _scaled(d: LengthDist, f: float) -> LengthDist:
     return attrs.evolve(d, mean=min(d.mean * f, float(d.max)))
 
 
-class Oracle(RollingMilp):
+class MilpTruth(RollingMilp):
     """Rolling MILP over the truth; see the module docstring."""
 
     def __init__(
@@ -78,7 +79,7 @@ class Oracle(RollingMilp):
             self._fresh_toolkit(),
             max_candidates=max_candidates,
             selector=selector or SelectorConfig(),
-            name="oracle",
+            name="milp-truth",
         )
 
     def _fresh_toolkit(self) -> Toolkit:
@@ -87,7 +88,7 @@ class Oracle(RollingMilp):
         return Toolkit(self._gpus, self._models, surrogate)
 
     def _advance(self, now: float) -> None:
-        """Apply the scenario's events due by ``now`` to the oracle's copy of the truth."""
+        """Apply the scenario's events due by ``now`` to this planner's copy of the truth."""
         changed = False
         while self._next < len(self._events) and self._events[self._next].at_s <= now:
             e, k = self._events[self._next], self._next
