@@ -10,6 +10,7 @@ import pytest
 from koi.bench import (
     HELD_OUT_SEED_START,
     METRICS,
+    RunTask,
     aggregate,
     claims,
     format_claims,
@@ -63,9 +64,9 @@ def test_each_metric_is_claimed_against_the_best_other_planner_on_it() -> None:
 def test_bench_runs_the_seed_range_it_is_given() -> None:
     asked: list[tuple[str, int]] = []
 
-    def worker(scenario: str, planner: str, seed: int, *_: Any) -> dict[str, Any]:
-        asked.append((planner, seed))
-        return _rec(planner, seed, composite=float(seed))
+    def worker(task: RunTask) -> dict[str, Any]:
+        asked.append((task.planner, task.seed))
+        return _rec(task.planner, task.seed, composite=float(task.seed))
 
     result = run_bench(
         "smoke", ["fcfs"], seeds=3, seed_start=HELD_OUT_SEED_START, jobs=1, worker=worker
