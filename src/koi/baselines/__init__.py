@@ -17,9 +17,10 @@ knowledge).
 
 from __future__ import annotations
 
-from koi.baselines._common import Toolkit, safe_plan
+from koi.baselines._common import Toolkit, observed_rates, safe_plan
 from koi.baselines._config import BaselineConfig
 from koi.baselines._evolution import Evolutionary
+from koi.baselines._feedback import FeedbackMilp, correction_key
 from koi.baselines._koi import KoiPolicy, koi_config
 from koi.baselines._milp import RollingMilp
 from koi.baselines._milp_truth import MilpTruth, TruthProfiles
@@ -49,6 +50,7 @@ __all__ = [
     "BaselineConfig",
     "BestFixed",
     "Evolutionary",
+    "FeedbackMilp",
     "KoiPolicy",
     "MilpTruth",
     "PerJob",
@@ -57,9 +59,11 @@ __all__ = [
     "Thompson",
     "Toolkit",
     "TruthProfiles",
+    "correction_key",
     "edf_key",
     "fcfs_key",
     "koi_config",
     "make_policy",
+    "observed_rates",
     "safe_plan",
 ]

@@ -1,17 +1,20 @@
 """What every baseline shares: the surrogate toolkit, placement, and the safety checks.
 
 The toolkit gives a baseline exactly what koi's planner has — the surrogate, the default
-proposer's screened and sized configurations, and the scoring functions — but none of koi's
-evidence, risk band or exploration.  :func:`safe_plan` replays the host's admission checks
-(C1 capacity in whole instances, C2 feasibility, one chain per ladder, the job's own model) in
-the host's order, so a baseline never sends an action the simulated fleet would reject.
+proposer's screened and sized configurations (with the proposer's later-round headroom), the
+scoring functions, and the telemetry koi sizes with: an online job whose observed request rate
+exceeds its declaration by more than koi's drift tolerance is planned for the observed rate,
+by koi's own rule (:func:`koi.candidates.with_observed_rate`) — but none of koi's evidence,
+risk band or exploration.  :func:`safe_plan` replays the host's admission checks (C1 capacity
+in whole instances, C2 feasibility, one chain per ladder, the job's own model) in the host's
+order, so a baseline never sends an action the simulated fleet would reject.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -23,6 +26,7 @@ from koi.candidates import (
     fits_shape,
     place,
     risk_price,
+    with_observed_rate,
 )
 from koi.scoring import (
     JobTerms,
@@ -34,9 +38,10 @@ from koi.scoring import (
     job_terms,
     switching_cost,
 )
-from koi.surrogate import Prediction, Surrogate
+from koi.surrogate import Prediction, RankCorrection, Surrogate
 from koi.types import (
     ActionKind,
+    Chain,
     ClusterSnapshot,
     Environment,
     GpuSpec,
@@ -44,15 +49,33 @@ from koi.types import (
     JobAction,
     Ladder,
     ModelSpec,
+    Observation,
     Plan,
 )
 
 __all__ = [
+    "DRIFT_TOLERANCE",
     "Toolkit",
     "base_actions",
     "host_order",
+    "observed_rates",
     "safe_plan",
 ]
+
+#: koi's default (``PlannerConfig.drift_tolerance``): an observed rate this far above the
+#: declared one is planned for.
+DRIFT_TOLERANCE = 0.15
+
+
+def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
+    """Requests per second each job's ranks received in the last window."""
+    requests: dict[str, int] = {}
+    span: dict[str, tuple[float, float]] = {}
+    for o in observations:
+        requests[o.job_id] = requests.get(o.job_id, 0) + o.requests
+        lo, hi = span.get(o.job_id, (o.start_s, o.end_s))
+        span[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
+    return {j: n / (span[j][1] - span[j][0]) for j, n in requests.items() if n > 0}
 
 
 def host_order(jobs: Iterable[Job]) -> list[Job]:
@@ -155,7 +178,8 @@ class Toolkit:
     """The surrogate, the default proposer and the scoring, as every baseline uses them.
 
     ``calls`` counts ladder predictions (the evaluation budget an evolutionary search is held
-    to).
+    to).  :meth:`observe` records the telemetry's request rates; ``corrections`` (per chain) are
+    applied to every prediction (the ``feedback-milp`` baseline's learned factors).
     """
 
     gpus: Mapping[str, GpuSpec]
@@ -165,6 +189,9 @@ class Toolkit:
     proposer_cfg: ProposerConfig = attrs.field(factory=ProposerConfig)
     generator: CandidateGenerator = attrs.field(init=False)
     calls: int = 0
+    drift_tolerance: float = DRIFT_TOLERANCE
+    observed_rps: dict[str, float] = attrs.field(factory=dict)
+    corrections: Callable[[Chain], RankCorrection] | None = None
 
     def __attrs_post_init__(self) -> None:
         self.generator = CandidateGenerator(self.surrogate, self.proposer_cfg)
@@ -173,14 +200,40 @@ class Toolkit:
     def build(cls, gpus: Mapping[str, GpuSpec], models: Mapping[str, ModelSpec]) -> Toolkit:
         return cls(gpus, models, Surrogate(gpus, models))
 
+    # ---- telemetry ------------------------------------------------------------------------
+    def observe(
+        self, snapshot: ClusterSnapshot, observations: Sequence[Observation]
+    ) -> ClusterSnapshot:
+        """Record the window's request rates; the snapshot with every online job planned for
+        its observed rate (koi's drift rule, :func:`koi.candidates.with_observed_rate`)."""
+        self.observed_rps.update(observed_rates(observations))
+        jobs = [
+            with_observed_rate(j, self.observed_rps.get(j.id), tolerance=self.drift_tolerance)
+            for j in snapshot.jobs
+        ]
+        if all(a is b for a, b in zip(jobs, snapshot.jobs, strict=True)):
+            return snapshot
+        return attrs.evolve(snapshot, jobs=jobs)
+
     # ---- configurations -------------------------------------------------------------------
     def environments(self, snapshot: ClusterSnapshot) -> list[Environment]:
         return [p.environment for p in snapshot.pools if p.environment.gpu in self.gpus]
 
-    def options(self, job: Job, snapshot: ClusterSnapshot) -> list[SizedOption]:
+    def headroom(self, search_round: int) -> float:
+        """The proposer's per-replica headroom in search round ``search_round`` (koi's rule:
+        a later round comes because the earlier one found no improvement)."""
+        return float(self.proposer_cfg.retry_headroom**search_round)
+
+    def options(
+        self, job: Job, snapshot: ClusterSnapshot, *, search_round: int = 0
+    ) -> list[SizedOption]:
         """Every feasible (GPU type, config) for ``job``, sized for its demand and screened."""
         return self.generator.screener.sized_options(
-            job, self.environments(snapshot), self.gpus, now_s=snapshot.time_s
+            job,
+            self.environments(snapshot),
+            self.gpus,
+            now_s=snapshot.time_s,
+            headroom=self.headroom(search_round),
         )
 
     def cheapest_gpu_price(self, snapshot: ClusterSnapshot) -> dict[str, float]:
@@ -245,8 +298,11 @@ class Toolkit:
             envs.sort(key=lambda e: (risk_price(e), e.id))
         return place(job.model, config, n, envs, free, partial=partial)
 
-    def proposals(self, job: Job, snapshot: ClusterSnapshot, max_candidates: int) -> list[Ladder]:
-        """The default proposer's short list for ``job`` (no exploration candidates)."""
+    def proposals(
+        self, job: Job, snapshot: ClusterSnapshot, max_candidates: int, *, search_round: int = 0
+    ) -> list[Ladder]:
+        """The default proposer's short list for ``job`` in search round ``search_round`` (no
+        exploration candidates)."""
         context = ProposalContext(
             snapshot=snapshot,
             gpus=self.gpus,
@@ -254,13 +310,16 @@ class Toolkit:
             deadline_s=math.inf,  # the benchmark's plans must not depend on machine speed
             incumbent=snapshot.current_ladders.get(job.id),
             max_candidates=max_candidates,
+            round=search_round,
         )
         return self.generator.propose(job, context)
 
     # ---- scoring ----------------------------------------------------------------------------
     def predict(self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot) -> Prediction:
         self.calls += 1
-        return self.surrogate.predict(job, ladder, now_s=snapshot.time_s)
+        return self.surrogate.predict(
+            job, ladder, now_s=snapshot.time_s, corrections=self.corrections
+        )
 
     def terms(
         self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot, reference_cost: float
@@ -279,7 +338,9 @@ class Toolkit:
         current = snapshot.current_ladders.get(job.id)
         switch = None
         if current is not None and current != ladder:
-            now_pred = self.surrogate.predict(job, current, now_s=snapshot.time_s)
+            now_pred = self.surrogate.predict(
+                job, current, now_s=snapshot.time_s, corrections=self.corrections
+            )
             switch = switching_cost(
                 current,
                 ladder,

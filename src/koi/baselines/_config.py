@@ -32,12 +32,14 @@ class BaselineConfig:
     ``evo_budget_per_job`` is its surrogate-call budget per job and tick (koi asks
     ``max_candidates × search_rounds`` proposals per job: the default matches koi's defaults of
     12 × 2).  ``max_candidates`` caps the proposer's short list for the per-job, rolling-MILP,
-    evolutionary and ``milp-truth`` planners (koi's default).  ``selector`` configures the joint
-    selector; the benchmark sets no wall-clock limit on it, so that a run depends only on
-    (scenario, seed, planner).
+    evolutionary and ``milp-truth`` planners (koi's default); ``search_rounds`` is how often
+    they may ask the proposer for a short list, each later round with its retry headroom
+    (koi's default, 2).  ``selector`` configures the joint selector; the benchmark sets no
+    wall-clock limit on it, so that a run depends only on (scenario, seed, planner).
     """
 
     max_candidates: int = attrs.field(default=12, validator=positive_int)
+    search_rounds: int = attrs.field(default=2, validator=positive_int)
     selector: SelectorConfig = attrs.field(factory=lambda: SelectorConfig(time_limit_s=None))
     thompson_arms: int = attrs.field(default=8, validator=positive_int)
     thompson_prior: float = attrs.field(default=2.0, validator=positive)

@@ -1,7 +1,9 @@
 r"""Rolling evolutionary search over cluster plans (the EvoX/OpenEvolve-style baseline).
 
 A genome assigns every job one of its alternatives: keep (if running), the empty ladder, or a
-ladder from the default proposer's short list.  Fitness is koi's plan score
+ladder from the default proposer's short lists — its first round and its later round with more
+headroom per replica, both sized for the job's observed request rate when that drifted above
+the declared one (koi's rule).  Fitness is koi's plan score
 
 .. math::
 
@@ -66,7 +68,8 @@ class Evolutionary:
         remembered = self._memory.get(job.id)
         if remembered is not None:
             pool.append(remembered)
-        pool += tk.proposals(job, snapshot, self.cfg.max_candidates)
+        for rnd in range(self.cfg.search_rounds):
+            pool += tk.proposals(job, snapshot, self.cfg.max_candidates, search_round=rnd)
         for ladder in dict.fromkeys(pool):
             # The running ladder is always scored: running out of budget must not stop a job.
             if budget[0] <= 0 and ladder != mine:
@@ -140,8 +143,8 @@ class Evolutionary:
             genome[i] = genes[i].baseline if genes[i].baseline != int(genome[i]) else 0
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
-        del observations
         tk, cfg, rng = self.toolkit, self.cfg, self.rng
+        snapshot = tk.observe(snapshot, observations)
         actions = base_actions(snapshot)
         jobs = [j for j in host_order(snapshot.jobs) if actions[j.id].kind is not ActionKind.STOP]
         if not jobs:

@@ -103,6 +103,13 @@ class MilpTruth(RollingMilp):
         if changed:
             self.toolkit = self._fresh_toolkit()
 
+    def planned(
+        self, snapshot: ClusterSnapshot, observations: Sequence[Observation]
+    ) -> ClusterSnapshot:
+        """The declared snapshot: the true workloads come from the scenario (:meth:`jobs`)."""
+        del observations
+        return snapshot
+
     def jobs(self, snapshot: ClusterSnapshot) -> list[Job]:
         out = []
         for job in snapshot.jobs:

@@ -10,6 +10,7 @@ import numpy as np
 from koi.baselines._common import Toolkit
 from koi.baselines._config import BaselineConfig
 from koi.baselines._evolution import Evolutionary
+from koi.baselines._feedback import FeedbackMilp
 from koi.baselines._koi import KoiPolicy, koi_config
 from koi.baselines._milp import RollingMilp
 from koi.baselines._milp_truth import MilpTruth, TruthProfiles
@@ -44,6 +45,7 @@ PLANNERS: tuple[str, ...] = (
     "best-fixed",
     "per-job",
     "rolling-milp",
+    "feedback-milp",
     "thompson",
     "evolutionary",
     "milp-truth",
@@ -126,9 +128,20 @@ _BUILDERS: dict[str, Callable[[_Build], Policy]] = {
     "fcfs": lambda b: QueueFirstFit("fcfs", b.toolkit(), fcfs_key),
     "edf": lambda b: QueueFirstFit("edf", b.toolkit(), edf_key),
     "best-fixed": lambda b: BestFixed(b.toolkit()),
-    "per-job": lambda b: PerJob(b.toolkit(), max_candidates=b.cfg.max_candidates),
+    "per-job": lambda b: PerJob(
+        b.toolkit(), max_candidates=b.cfg.max_candidates, search_rounds=b.cfg.search_rounds
+    ),
     "rolling-milp": lambda b: RollingMilp(
-        b.toolkit(), max_candidates=b.cfg.max_candidates, selector=b.cfg.selector
+        b.toolkit(),
+        max_candidates=b.cfg.max_candidates,
+        selector=b.cfg.selector,
+        search_rounds=b.cfg.search_rounds,
+    ),
+    "feedback-milp": lambda b: FeedbackMilp(
+        b.toolkit(),
+        max_candidates=b.cfg.max_candidates,
+        selector=b.cfg.selector,
+        search_rounds=b.cfg.search_rounds,
     ),
     "thompson": lambda b: Thompson(b.toolkit(), b.rng(), b.cfg),
     "evolutionary": lambda b: Evolutionary(b.toolkit(), b.rng(), b.cfg),

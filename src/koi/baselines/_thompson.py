@@ -13,7 +13,9 @@ target).  Per arm the planner holds
   the observed cost by the conjugate known-variance rule
   :math:`\mu' = (\mu/\sigma^2 + \sum x/s^2)/(1/\sigma^2 + n/s^2)`.
 
-Every tick each job samples ``θ ~ Beta`` and ``c ~ N`` per arm and scores it ``θ·e^{-c}``
+Arms are sized for the job's observed request rate when it drifted above the declared one
+(koi's rule); the multipliers stand in for the proposer's later-round headroom.  Every tick
+each job samples ``θ ~ Beta`` and ``c ~ N`` per arm and scores it ``θ·e^{-c}``
 (SLO windows per dollar); jobs are placed greedily in priority order on their best sampled
 arm that fits, and a running job moves only when the sampled best beats its own arm's sample
 by ``switch_margin``.  It learns from what it observes, but it has no model of why.
@@ -162,9 +164,32 @@ class Thompson:
                 success=_success(job, obs), log_cost=log_cost, obs_sd=self.cfg.thompson_obs_sd
             )
 
-    def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
-        self._learn(snapshot, observations)
+    def _resized(
+        self,
+        job: Job,
+        arm: Arm,
+        arms: Mapping[Arm, SizedOption],
+        mine: Ladder,
+        snapshot: ClusterSnapshot,
+        room: Mapping[str, int],
+    ) -> Ladder | None:
+        """The running arm at its current replica count, on its own pools first; ``None`` when
+        the count did not change or the new size does not fit."""
+        sized = arms.get(arm)
+        if sized is None:
+            return None
+        n = self.replicas(arm, sized)
+        if n == mine.replicas:
+            return None
         tk = self.toolkit
+        ladder = tk.place(job, sized, snapshot, room, replicas=n, pool_ids=mine.gpus_by_pool())
+        ladder = ladder or tk.place(job, sized, snapshot, room, replicas=n)
+        return ladder if ladder is not None and ladder != mine else None
+
+    def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
+        tk = self.toolkit
+        snapshot = tk.observe(snapshot, observations)
+        self._learn(snapshot, observations)
         actions = base_actions(snapshot)
         current = snapshot.current_ladders
         free = free_gpus(snapshot)
@@ -190,7 +215,16 @@ class Thompson:
                     own_draw = post[main].sample(self.rng) if main in post else 0.0
                 best = max(draws, key=lambda a: draws[a])
                 if best == main or draws[best] <= (1 + self.cfg.thompson_switch_margin) * own_draw:
-                    continue  # keep
+                    # Keep the arm; re-size it when the job's sizing moved (observed rate).
+                    resized = self._resized(job, main, arms, mine, snapshot, room)
+                    if resized is not None:
+                        for pid, g in resized.gpus_by_pool().items():
+                            room[pid] -= g
+                        free = room
+                        actions[job.id] = JobAction(
+                            job.id, ActionKind.RECONFIGURE, resized, "thompson: arm re-sized"
+                        )
+                    continue
             chosen: Ladder | None = None
             picked: Arm | None = None
             for arm in sorted(draws, key=lambda a: -draws[a]):

@@ -1,0 +1,168 @@
+"""Every surrogate-based baseline reads the telemetry: its plan moves with what it observes.
+
+Each test runs one planner twice from the same state on the same snapshot, changing one thing in
+the window's observations — the request rate, or the latency — and checks that the plan for the
+observed job changes.  The queue policies (``fcfs``, ``edf``, ``best-fixed``) never revisit a
+placed job, so telemetry has nothing to change for them; they are not tested here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+
+from koi.baselines import (
+    BaselineConfig,
+    Evolutionary,
+    FeedbackMilp,
+    PerJob,
+    RollingMilp,
+    Thompson,
+    Toolkit,
+    correction_key,
+    make_policy,
+    observed_rates,
+)
+from koi.catalog import load_catalog
+from koi.sim import build_world
+from koi.surrogate import Surrogate
+from koi.types import ActionKind, ActiveDeployment, ClusterSnapshot, Ladder, Observation
+
+_CAT = load_catalog()
+_JOB = "chat-8b"
+_WINDOW = 300.0
+
+
+_SURROGATE = Surrogate(dict(_CAT.gpus), dict(_CAT.models))
+
+
+def _policy(planner: str) -> Any:
+    """A fresh ``planner`` as ``make_policy`` builds it, over one shared (cached) surrogate."""
+    tk = Toolkit(dict(_CAT.gpus), dict(_CAT.models), _SURROGATE)
+    rng = np.random.default_rng([0, len(planner)])
+    cfg = BaselineConfig(evo_generations=5)
+    build: dict[str, Callable[[], Any]] = {
+        "per-job": lambda: PerJob(tk),
+        "rolling-milp": lambda: RollingMilp(tk),
+        "feedback-milp": lambda: FeedbackMilp(tk),
+        "evolutionary": lambda: Evolutionary(tk, rng, cfg),
+        "thompson": lambda: Thompson(tk, rng, cfg),
+    }
+    return build[planner]()
+
+
+def _running(planner: str) -> tuple[ClusterSnapshot, Ladder]:
+    """smoke's online job alone, running on the ladder ``planner`` first gives it."""
+    snap = build_world("smoke", seed=0).snapshot()
+    job = snap.job(_JOB)
+    alone = ClusterSnapshot(snap.time_s, [job], snap.pools)
+    first = _policy(planner).decide(alone, ()).action(_JOB)
+    assert first.kind is ActionKind.PLACE
+    later = ClusterSnapshot(
+        snap.time_s + _WINDOW, [job], snap.pools, [ActiveDeployment(_JOB, first.ladder)]
+    )
+    return later, first.ladder
+
+
+def _window(
+    snap: ClusterSnapshot, ladder: Ladder, *, rate_x: float = 1.0, latency_x: float = 1.0
+) -> list[Observation]:
+    """What the surrogate predicts the ladder reports at ``rate_x`` times the declared rate,
+    with both p99s ``latency_x`` times the prediction."""
+    job = snap.job(_JOB)
+    pred = _SURROGATE.predict(job, ladder)
+    rate = (job.workload.rate_rps or 0.0) * rate_x
+    out = []
+    for rp in pred.ranks:
+        o = rp.outcomes
+        outcomes = attrs.evolve(
+            o, p99_ttft_ms=o.p99_ttft_ms * latency_x, p99_tpot_ms=o.p99_tpot_ms * latency_x
+        )
+        out.append(
+            Observation(
+                job_id=_JOB,
+                chain=rp.rank.chain,
+                start_s=snap.time_s - _WINDOW,
+                end_s=snap.time_s,
+                requests=round(rate * rp.traffic_share * _WINDOW),
+                completed=round(rate * rp.traffic_share * _WINDOW),
+                replicas_up=rp.rank.replicas,
+                outcomes=outcomes,
+                mediators=rp.mediators,
+            )
+        )
+    return out
+
+
+def _plans(planner: str, *, windows: int = 1, **change: float) -> tuple[Any, Any, Ladder]:
+    """The job's action after ``windows`` windows as predicted, and after as many changed ones
+    (two fresh planners with the same history)."""
+    snap, ladder = _running(planner)
+    plain = _window(snap, ladder)
+    changed = _window(snap, ladder, **change)
+    actions = []
+    for obs in (plain, changed):
+        policy = _policy(planner)
+        policy.decide(ClusterSnapshot(snap.time_s - _WINDOW, snap.jobs, snap.pools), ())
+        for _ in range(windows):
+            action = policy.decide(snap, obs).action(_JOB)
+        actions.append(action)
+    return actions[0], actions[1], ladder
+
+
+@pytest.mark.parametrize(
+    "planner", ["per-job", "rolling-milp", "feedback-milp", "evolutionary", "thompson"]
+)
+def test_plan_follows_the_observed_request_rate(planner: str) -> None:
+    plain, drifted, ladder = _plans(planner, rate_x=3.0)
+    assert drifted.ladder != plain.ladder
+    # Three times the traffic needs more replicas than the declaration did.
+    assert drifted.ladder.replicas > ladder.replicas
+
+
+@pytest.mark.parametrize(("planner", "windows"), [("feedback-milp", 1), ("thompson", 6)])
+def test_plan_follows_the_observed_latency(planner: str, windows: int) -> None:
+    plain, slow, _ = _plans(planner, windows=windows, latency_x=3.0)
+    assert slow.ladder != plain.ladder
+
+
+def test_observed_rates_and_drift_rule() -> None:
+    snap, ladder = _running("rolling-milp")
+    job = snap.job(_JOB)
+    rates = observed_rates(_window(snap, ladder, rate_x=2.0))
+    assert rates[_JOB] == pytest.approx(2 * (job.workload.rate_rps or 0), rel=0.05)
+    tk = Toolkit.build(_CAT.gpus, _CAT.models)
+    assert tk.observe(snap, _window(snap, ladder, rate_x=1.1)) is snap  # within tolerance
+    planned = tk.observe(snap, _window(snap, ladder, rate_x=2.0)).job(_JOB)
+    assert (planned.workload.rate_rps or 0) >= 2 * (job.workload.rate_rps or 0)
+
+
+def test_feedback_milp_learns_a_smoothed_factor_per_stratum() -> None:
+    snap, ladder = _running("feedback-milp")
+    policy = _policy("feedback-milp")
+    slow = _window(snap, ladder, latency_x=2.0)
+    policy.learn(snap, slow)
+    key = correction_key(ladder.ranks[0].chain)
+    after_one = policy.factors[key, "decode_time"]
+    assert after_one == pytest.approx(1 + policy.alpha * (2.0 - 1.0), rel=0.02)
+    for _ in range(20):
+        policy.learn(snap, slow)
+    # The factor in force is part of the prediction: it converges to where the corrected
+    # prediction matches what was observed, and stays there.
+    job = snap.job(_JOB)
+    seen = slow[0].outcomes.p99_tpot_ms
+    corrected = _SURROGATE.predict(job, ladder, corrections=policy.correction)
+    assert corrected.ranks[0].outcomes.p99_tpot_ms == pytest.approx(seen, rel=0.05)
+    assert policy.factors[key, "decode_time"] > after_one
+    # TTFT is corrected on top of what the slower decode already adds to it (the surrogate's
+    # queueing more than doubles it), so its own factor comes down.
+    assert policy.factors[key, "p99_ttft_ms"] < 1.0
+    assert policy.resized(ladder).replicas >= 2 * ladder.replicas - len(ladder.ranks)
+
+
+def test_the_registry_builds_feedback_milp() -> None:
+    assert isinstance(make_policy("feedback-milp", catalog=_CAT), FeedbackMilp)
