@@ -83,10 +83,12 @@ class FeedbackMilp(RollingMilp):
             if rank is None:
                 continue
             key = correction_key(obs.chain)
-            for variable, seen, expected in (
-                (_DECODE, obs.outcomes.p99_tpot_ms, rank.outcomes.p99_tpot_ms),
-                (_TTFT, obs.outcomes.p99_ttft_ms, rank.outcomes.p99_ttft_ms),
+            for variable, measured, seen, expected in (
+                (_DECODE, "p99_tpot_ms", obs.outcomes.p99_tpot_ms, rank.outcomes.p99_tpot_ms),
+                (_TTFT, "p99_ttft_ms", obs.outcomes.p99_ttft_ms, rank.outcomes.p99_ttft_ms),
             ):
+                if measured in obs.missing:
+                    continue  # the window did not measure it
                 if not (0 < seen < math.inf and 0 < expected < math.inf):
                     continue
                 ratio = self.factor(obs.chain, variable) * seen / expected
