@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,report,llm,dask,agent]'
+	$(BIN)/python -m pip install --quiet -e '.[test,dev,report,llm,dask,agent,k8s,render,test-k8s]'
 	touch $(STAMP)
 
 # `apt-get download` + `dpkg -x`: the binary lands in .cache/ and no service is installed or

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from koi.catalog._catalog import Catalog
 from koi.catalog._instance import PCIE_X16_GB_S, InstanceType
-from koi.catalog._load import load_catalog
+from koi.catalog._load import load_catalog, model_sources
 from koi.catalog._parse import CatalogEntries, parse_catalog_text, read_catalog_file
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "CatalogEntries",
     "InstanceType",
     "load_catalog",
+    "model_sources",
     "parse_catalog_text",
     "read_catalog_file",
 ]

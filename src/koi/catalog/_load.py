@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import os
+import tomllib
+import types
 from importlib import resources
 
 from koi.catalog._catalog import Catalog
@@ -11,7 +13,7 @@ from koi.catalog._instance import InstanceType
 from koi.catalog._parse import parse_catalog_text
 from koi.types import GpuSpec, ModelSpec
 
-__all__ = ["load_catalog"]
+__all__ = ["load_catalog", "model_sources"]
 
 _BUILTIN_FILES = ("gpus.toml", "models.toml", "instances.toml")
 
@@ -46,3 +48,17 @@ def load_catalog(*extra_files: str | os.PathLike[str]) -> Catalog:
     for path in extra_files:
         catalog = catalog.with_file(path)
     return catalog
+
+
+@functools.cache
+def model_sources() -> types.MappingProxyType[str, str]:
+    """Built-in model name -> the Hugging Face repository its numbers were copied from.
+
+    The first word of each ``[[models]]`` entry's ``source`` (``"meta-llama/Llama-3.1-8B"``).
+    Launchers use it as the default checkpoint to serve; user catalogs add no sources.
+    """
+    text = (resources.files("koi.catalog") / "data" / "models.toml").read_text(encoding="utf-8")
+    tables = tomllib.loads(text).get("models", [])
+    return types.MappingProxyType(
+        {t["name"]: t["source"].split()[0] for t in tables if isinstance(t.get("source"), str)}
+    )

@@ -1,0 +1,252 @@
+"""What every launcher renders the same way: engine command lines, checkpoints and names.
+
+A rank of a ladder is ``replicas`` copies of one chain; each copy is an inference engine (vLLM or
+SGLang) started with the chain's config as flags.  The Kubernetes and SkyPilot launchers, and
+``koi render``, take the command line, the checkpoint and the workload names from here, so a
+manifest rendered offline and one applied by a launcher are the same.
+
+Names are derived from the job id and the chain, never from positions in the ladder: the same
+chain of the same job always gets the same workload name (re-applying it is a no-op), and a
+changed chain gets a new one (that is what makes make-before-break possible).
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import types
+from collections.abc import Mapping
+
+import attrs
+
+from koi.errors import InvalidInput
+from koi.types import Chain, Quant, to_data
+from koi.types.validators import fraction, identifier, positive_int
+
+__all__ = [
+    "ENGINES",
+    "EngineSettings",
+    "chain_key",
+    "checkpoint",
+    "dns_label",
+    "engine_command",
+    "label_value",
+    "multi_node_commands",
+    "service_name",
+    "workload_name",
+]
+
+#: engines koi can start, with the server each one runs
+ENGINES = ("sglang", "vllm")
+
+
+def _mapping(value: Mapping[str, str]) -> Mapping[str, str]:
+    return types.MappingProxyType(dict(value))
+
+
+def _checkpoints(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+    assert isinstance(value, Mapping)
+    for key, repo in value.items():
+        if not isinstance(key, str) or not isinstance(repo, str) or not key or not repo:
+            msg = f"{attribute.name}: must map model names to checkpoints, got {key!r}: {repo!r}"
+            raise InvalidInput(msg)
+
+
+def _images(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
+    assert isinstance(value, Mapping)
+    missing = sorted(set(ENGINES) - set(value))
+    if missing:
+        raise InvalidInput(f"{attribute.name}: needs an image for {missing}")
+
+
+@attrs.frozen
+class EngineSettings:
+    """How a chain becomes an engine process.
+
+    ``checkpoints`` maps a koi model name (or ``"model@quant"`` for a pre-quantized checkpoint,
+    e.g. ``"Llama-3.1-70B@int4"``) to what the engine loads: a Hugging Face repository or a local
+    path.  Without an entry, a built-in model serves the repository its catalog numbers came
+    from (:func:`koi.catalog.model_sources`).  FP8 without a pre-quantized checkpoint is
+    quantized by the engine at load time; INT4 needs a checkpoint (AWQ/GPTQ), because no engine
+    quantizes to 4 bits well on the fly.
+
+    ``gpu_memory_utilization`` is the fraction of each GPU's memory the engine may take
+    (vLLM's ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``); koi's surrogate
+    plans KV capacity with the same headroom.  ``extra_args`` are appended to every command.
+
+    .. versionadded:: 0.1
+    """
+
+    images: Mapping[str, str] = attrs.field(
+        factory=lambda: {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.3"},
+        converter=_mapping,
+        validator=_images,
+        hash=False,
+    )
+    checkpoints: Mapping[str, str] = attrs.field(
+        factory=dict, converter=_mapping, validator=_checkpoints, hash=False
+    )
+    port: int = attrs.field(default=8000, validator=positive_int)
+    gpu_memory_utilization: float = attrs.field(default=0.9, validator=fraction)
+    health_path: str = attrs.field(default="/health", validator=identifier)
+    #: seconds a replica may take to load its weights before its startup probe gives up
+    startup_timeout_s: int = attrs.field(default=1800, validator=positive_int)
+    extra_args: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+    def image(self, engine: str) -> str:
+        _check_engine(engine)
+        return self.images[engine]
+
+
+def _check_engine(engine: str) -> None:
+    if engine not in ENGINES:
+        msg = f"config.engine: no launcher command for engine {engine!r} (known: {list(ENGINES)})"
+        raise InvalidInput(msg)
+
+
+def checkpoint(model: str, quant: Quant, settings: EngineSettings) -> tuple[str, bool]:
+    """The checkpoint to load for ``model`` at ``quant``, and whether it is pre-quantized."""
+    from koi.catalog import model_sources
+
+    if quant is not Quant.BF16 and f"{model}@{quant.value}" in settings.checkpoints:
+        return settings.checkpoints[f"{model}@{quant.value}"], True
+    if quant is Quant.INT4:
+        msg = (
+            f"model {model!r} at int4 needs a pre-quantized checkpoint: set "
+            f"EngineSettings.checkpoints[{model + '@int4'!r}] (an AWQ or GPTQ repository)"
+        )
+        raise InvalidInput(msg)
+    if model in settings.checkpoints:
+        return settings.checkpoints[model], False
+    sources = model_sources()
+    if model not in sources:
+        msg = (
+            f"model {model!r} has no checkpoint: set EngineSettings.checkpoints[{model!r}] "
+            "to a Hugging Face repository or a path"
+        )
+        raise InvalidInput(msg)
+    return sources[model], False
+
+
+def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
+    """The command line of one engine process serving ``chain`` on one node.
+
+    Every knob of the chain's config becomes a flag: tensor and pipeline parallelism, the
+    quantization, the batch limit (max sequences), the chunked-prefill budget (max batched
+    tokens) and the memory fraction.
+
+    >>> from koi.types import Config, Environment
+    >>> env = Environment("aws", "us-east-1", "on_demand", "g6e.12xlarge", "L40S", 4, 10.49)
+    >>> cmd = engine_command(Chain("Llama-3.1-8B", env, Config(tp=2)), EngineSettings())
+    >>> " ".join(cmd[:3]), "--tensor-parallel-size" in cmd
+    ('vllm serve meta-llama/Llama-3.1-8B', True)
+    """
+    c = chain.config
+    _check_engine(c.engine)
+    ckpt, prequantized = checkpoint(chain.model, c.quant, settings)
+    quant = () if c.quant is Quant.BF16 or prequantized else ("--quantization", "fp8")
+    port = str(settings.port)
+    mem = f"{settings.gpu_memory_utilization:g}"
+    if c.engine == "vllm":
+        cmd = (
+            "vllm", "serve", ckpt,
+            "--host", "0.0.0.0", "--port", port,
+            "--served-model-name", chain.model,
+            "--tensor-parallel-size", str(c.tp),
+            "--pipeline-parallel-size", str(c.pp),
+            "--max-num-seqs", str(c.max_batch_size),
+            "--max-num-batched-tokens", str(c.max_batched_tokens),
+            "--gpu-memory-utilization", mem,
+            *quant,
+        )  # fmt: skip
+    else:
+        cmd = (
+            "python3", "-m", "sglang.launch_server",
+            "--model-path", ckpt,
+            "--host", "0.0.0.0", "--port", port,
+            "--served-model-name", chain.model,
+            "--tp-size", str(c.tp),
+            "--pp-size", str(c.pp),
+            "--max-running-requests", str(c.max_batch_size),
+            "--chunked-prefill-size", str(c.max_batched_tokens),
+            "--mem-fraction-static", mem,
+            *quant,
+        )  # fmt: skip
+    return cmd + settings.extra_args
+
+
+#: the multi-node helper that ships in the vllm-openai image (starts and joins a Ray cluster)
+_VLLM_MULTI_NODE = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+
+
+def multi_node_commands(
+    chain: Chain, settings: EngineSettings, nodes: int
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Leader and worker commands of one chain that spans ``nodes`` instances.
+
+    Written for a LeaderWorkerSet group, whose pods see ``LWS_LEADER_ADDRESS``,
+    ``LWS_GROUP_SIZE`` and ``LWS_WORKER_INDEX``.  vLLM joins the group into a Ray cluster
+    and serves from the leader; SGLang starts one server per node with ``--nnodes``.
+    """
+    if nodes < 2:
+        raise InvalidInput(f"nodes: a multi-node chain needs at least 2 nodes, got {nodes}")
+    single = engine_command(chain, settings)
+    if chain.config.engine == "vllm":
+        serve = shlex.join((*single, "--distributed-executor-backend", "ray"))
+        leader = f"bash {_VLLM_MULTI_NODE} leader --ray_cluster_size=$(LWS_GROUP_SIZE); {serve}"
+        worker = f"bash {_VLLM_MULTI_NODE} worker --ray_address=$(LWS_LEADER_ADDRESS)"
+        return ("sh", "-c", leader), ("sh", "-c", worker)
+    dist = (
+        "--nnodes", str(nodes),
+        "--node-rank", "$(LWS_WORKER_INDEX)",
+        "--dist-init-addr", "$(LWS_LEADER_ADDRESS):20000",
+    )  # fmt: skip
+    return single + dist, single + dist
+
+
+# -- names and labels ---------------------------------------------------------------------------
+
+
+def chain_key(chain: Chain) -> str:
+    """A short stable digest of a chain (model, environment, config): 10 hex digits."""
+    text = json.dumps(to_data(chain), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def _digest(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def dns_label(text: str, *, max_len: int) -> str:
+    """``text`` as a DNS-1123 label of at most ``max_len`` characters, kept unique.
+
+    Lower-case letters, digits and ``-``; when the text had to change, a digest of the
+    original is appended so that two job ids never map to the same name.
+    """
+    slug = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "job"
+    if slug == text and len(slug) <= max_len:
+        return slug
+    tag = _digest(text, 6)
+    return f"{slug[: max_len - 7].rstrip('-')}-{tag}"
+
+
+def label_value(text: str) -> str:
+    """``text`` as a Kubernetes label value (63 characters, alphanumerics, ``-_.``), unique."""
+    value = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-_.")
+    if value == text and len(value) <= 63:
+        return value
+    return f"{value[:56].rstrip('-_.')}-{_digest(text, 6)}".lstrip("-")
+
+
+def workload_name(job_id: str, chain: Chain) -> str:
+    """Name of the workload (Deployment, LeaderWorkerSet, SkyServe service) of one rank."""
+    return f"koi-{dns_label(job_id, max_len=36)}-{chain_key(chain)}"
+
+
+def service_name(job_id: str) -> str:
+    """Name of the job's Service that spreads requests over all its ranks."""
+    return f"koi-{dns_label(job_id, max_len=48)}"

@@ -1,0 +1,90 @@
+"""Plans in, manifests out: reading ``koi plan --json`` and writing YAML.
+
+Shared by ``koi render``, the Kubernetes launcher's ``advisory`` mode and the SkyPilot
+launcher, so that a manifest a team commits to Git and one a launcher applies are the same.
+
+.. versionadded:: 0.1
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from koi.errors import InvalidInput
+from koi.types import JobAction, Ladder, Plan, from_data
+
+__all__ = ["TARGETS", "ranks_on", "read_plan", "to_yaml", "write_files"]
+
+#: what ``koi render --target`` accepts
+TARGETS = ("k8s", "skypilot")
+
+
+def read_plan(data: Any, *, where: str = "plan") -> Plan:
+    """A :class:`~koi.types.Plan` from the JSON of ``koi plan --json`` or of ``to_data(plan)``.
+
+    ``koi plan --json`` lists ``jobs`` with ``job_id``, ``action`` and ``ladder``; the plain
+    form lists ``actions``.  Errors name the path, e.g.
+    ``plan.json: jobs[0].ladder.ranks[0].replicas: must be an integer >= 1, got 0``.
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidInput(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if "actions" in data:
+        return from_data(data, Plan, where=where)
+    jobs = data.get("jobs")
+    if not isinstance(jobs, list):
+        msg = f"{where}: expected the output of `koi plan --json` (a 'jobs' list) or a Plan"
+        raise InvalidInput(msg)
+    actions = []
+    for k, job in enumerate(jobs):
+        if not isinstance(job, Mapping):
+            raise InvalidInput(f"{where}: jobs[{k}]: expected an object, got {job!r}")
+        missing = [f for f in ("job_id", "action", "ladder") if f not in job]
+        if missing:
+            raise InvalidInput(f"{where}: jobs[{k}]: missing {missing}")
+        item = {
+            "job_id": job["job_id"],
+            "kind": job["action"],
+            "ladder": job["ladder"],
+            "reason": job.get("reason") or "",
+        }
+        actions.append(from_data(item, JobAction, where=f"{where}: jobs[{k}]"))
+    try:
+        return Plan(data.get("time_s", 0.0), actions)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc}") from None
+
+
+def ranks_on(ladder: Ladder, clouds: Iterable[str] | None) -> Ladder:
+    """The part of ``ladder`` whose environments are on ``clouds`` (all of it for ``None``)."""
+    if clouds is None:
+        return ladder
+    wanted = set(clouds)
+    return Ladder(tuple(r for r in ladder.ranks if r.chain.environment.cloud in wanted))
+
+
+def to_yaml(documents: Iterable[Mapping[str, Any]]) -> str:
+    """Documents as one multi-document YAML text, keys in the order they were built."""
+    try:
+        import yaml
+    except ImportError:
+        msg = "writing YAML needs PyYAML: pip install 'koi[render]' (or koi[k8s], koi[skypilot])"
+        raise InvalidInput(msg) from None
+    return str(yaml.safe_dump_all([dict(d) for d in documents], sort_keys=False, width=100))
+
+
+def write_files(files: Mapping[str, str], out: str | os.PathLike[str]) -> list[Path]:
+    """Write ``name -> text`` into the folder ``out`` (created if missing); return the paths."""
+    folder = Path(out)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name, text in sorted(files.items()):
+            path = folder / name
+            path.write_text(text, encoding="utf-8")
+            paths.append(path)
+    except OSError as exc:
+        raise InvalidInput(f"{folder}: cannot write manifests ({exc.strerror})") from None
+    return paths
