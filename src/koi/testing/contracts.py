@@ -219,7 +219,10 @@ class LauncherContract:
     """Conformance suite for a ``koi_launch`` plugin.
 
     Override ``launcher`` (the plugin object) and ``launch_plan``: a plan with at least one
-    running job on the launcher's clouds.
+    running job on the launcher's clouds.  Override ``partial_launch_plan`` too (a plan the
+    launcher's own test setup can bring up only in part, e.g. a rank of which only some
+    replicas become ready) to check that a partial launch is reported, not raised; without
+    it that test is skipped.
 
     .. versionadded:: 0.1
     """
@@ -236,8 +239,23 @@ class LauncherContract:
     def launch_plan(self) -> Plan:
         raise NotImplementedError("override the `launch_plan` fixture")
 
+    @pytest.fixture
+    def partial_launch_plan(self) -> Plan:
+        pytest.skip("override `partial_launch_plan` to check how partial launches are reported")
+
     def test_implements_the_hook(self, launcher: object) -> None:
         _implements(launcher, "koi_launch")
+
+    def test_reports_a_partial_launch(self, launcher: object, partial_launch_plan: Plan) -> None:
+        batch = _host(launcher).launch(partial_launch_plan)
+        assert not batch.errors, f"a partial launch must be reported, not raised: {batch.errors}"
+        partial = [r for r in batch.results if not r.complete]
+        assert partial, "every result claims a complete launch of a plan set up to fall short"
+        for r in partial:
+            assert r.message, f"{r.job_id}: an incomplete launch must say what fell short"
+        # The planner records what materialized, so a partial rank reaches its ledger.
+        for r in partial:
+            assert batch.materialized(r.job_id) == r.materialized
 
     def test_reports_only_what_was_asked(self, launcher: object, launch_plan: Plan) -> None:
         batch = _host(launcher).launch(launch_plan)

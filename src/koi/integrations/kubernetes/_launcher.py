@@ -422,6 +422,12 @@ class KubernetesLauncher:
                     r.problem = problem or self._send(r.obj or {}, dry_run=False)
                     r.applied = not r.problem
         self._wait([r for w in work for r in w.ranks if r.applied])
+        running = {lv.name: lv for lv in live}
+        for w in work:
+            for r in w.ranks:
+                if not r.applied and r.name in running:
+                    # Not updated, but the workload of this very chain still serves.
+                    r.ready = min(running[r.name].ready, r.rank.replicas)
         results = []
         for w in work:
             complete = all(r.applied and r.ready == r.rank.replicas for r in w.ranks)

@@ -68,7 +68,8 @@ class NodeLabels:
     """
 
     instance_type: str = "node.kubernetes.io/instance-type"
-    region: str = "topology.kubernetes.io/region"
+    #: label written for the region; ``None`` writes no region selector
+    region: str | None = "topology.kubernetes.io/region"
     #: label written for the market; ``None`` writes no market selector
     market: str | None = "karpenter.sh/capacity-type"
     #: value of ``market`` per koi market
