@@ -23,6 +23,7 @@ _COMMANDS: tuple[str, ...] = (
     "koi.cli._catalog",
     "koi.cli._predict",
     "koi.cli._plan",
+    "koi.cli._render",
     "koi.cli._scenarios",
     "koi.cli._sweep",
 )

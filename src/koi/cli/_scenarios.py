@@ -21,6 +21,13 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--file", default=None, help="summarise this scenario TOML file instead")
+    p.add_argument(
+        "--snapshot",
+        default=None,
+        metavar="NAME",
+        help="print the ClusterSnapshot JSON of scenario NAME (or a scenario file) at its start, "
+        "ready for `koi plan`",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_run)
 
@@ -52,6 +59,13 @@ def summary(name_or_path: str) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> int:
     from koi.sim import scenario_names
+
+    if args.snapshot:
+        from koi.sim import build_world
+        from koi.types import to_json
+
+        print(to_json(build_world(args.snapshot, seed=0).snapshot(), indent=2))
+        return 0
 
     names = [args.file] if args.file else list(scenario_names())
     rows = [summary(n) for n in names]

@@ -70,9 +70,10 @@ class EngineSettings:
     ``checkpoints`` maps a koi model name (or ``"model@quant"`` for a pre-quantized checkpoint,
     e.g. ``"Llama-3.1-70B@int4"``) to what the engine loads: a Hugging Face repository or a local
     path.  Without an entry, a built-in model serves the repository its catalog numbers came
-    from (:func:`koi.catalog.model_sources`).  FP8 without a pre-quantized checkpoint is
-    quantized by the engine at load time; INT4 needs a checkpoint (AWQ/GPTQ), because no engine
-    quantizes to 4 bits well on the fly.
+    from (:func:`koi.catalog.model_sources`).  Without a pre-quantized checkpoint the engine
+    quantizes at load time: FP8 with ``--quantization fp8``; INT4 with vLLM's in-flight
+    bitsandbytes 4-bit or SGLang's torchao ``int4wo-128``.  Those 4-bit kernels are slower than
+    AWQ/GPTQ ones, so map an ``@int4`` checkpoint for production.
 
     ``gpu_memory_utilization`` is the fraction of each GPU's memory the engine may take
     (vLLM's ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``); koi's surrogate
@@ -114,12 +115,6 @@ def checkpoint(model: str, quant: Quant, settings: EngineSettings) -> tuple[str,
 
     if quant is not Quant.BF16 and f"{model}@{quant.value}" in settings.checkpoints:
         return settings.checkpoints[f"{model}@{quant.value}"], True
-    if quant is Quant.INT4:
-        msg = (
-            f"model {model!r} at int4 needs a pre-quantized checkpoint: set "
-            f"EngineSettings.checkpoints[{model + '@int4'!r}] (an AWQ or GPTQ repository)"
-        )
-        raise InvalidInput(msg)
     if model in settings.checkpoints:
         return settings.checkpoints[model], False
     sources = model_sources()
@@ -148,7 +143,15 @@ def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
     c = chain.config
     _check_engine(c.engine)
     ckpt, prequantized = checkpoint(chain.model, c.quant, settings)
-    quant = () if c.quant is Quant.BF16 or prequantized else ("--quantization", "fp8")
+    quant: tuple[str, ...] = ()
+    if c.quant is Quant.FP8 and not prequantized:
+        quant = ("--quantization", "fp8")
+    elif c.quant is Quant.INT4 and not prequantized:
+        quant = (
+            ("--quantization", "bitsandbytes")
+            if c.engine == "vllm"
+            else ("--torchao-config", "int4wo-128")
+        )
     port = str(settings.port)
     mem = f"{settings.gpu_memory_utilization:g}"
     if c.engine == "vllm":

@@ -8,6 +8,7 @@ launcher, so that a manifest a team commits to Git and one a launcher applies ar
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -16,10 +17,43 @@ from typing import Any
 from koi.errors import InvalidInput
 from koi.types import JobAction, Ladder, Plan, from_data
 
-__all__ = ["TARGETS", "ranks_on", "read_plan", "to_yaml", "write_files"]
+__all__ = [
+    "TARGETS",
+    "LaunchMode",
+    "ranks_on",
+    "read_plan",
+    "to_mode",
+    "to_yaml",
+    "write_files",
+]
 
 #: what ``koi render --target`` accepts
 TARGETS = ("k8s", "skypilot")
+
+
+class LaunchMode(enum.StrEnum):
+    """What ``koi_launch`` does with a plan.
+
+    - ``advisory``: write the manifests to ``out_dir``; touch no cluster.
+    - ``dry_run``: check every object where it would go without changing anything (the
+      Kubernetes API server with ``dryRun=All``; SkyPilot's own task validation) and report.
+    - ``apply``: check first, then apply, wait (bounded) for readiness, and retire the
+      replaced workloads make-before-break.
+
+    .. versionadded:: 0.1
+    """
+
+    ADVISORY = "advisory"
+    DRY_RUN = "dry_run"
+    APPLY = "apply"
+
+
+def to_mode(value: Any) -> LaunchMode:
+    try:
+        return LaunchMode(str(value).replace("-", "_"))
+    except ValueError:
+        known = [m.value for m in LaunchMode]
+        raise InvalidInput(f"mode: must be one of {known}, got {value!r}") from None
 
 
 def read_plan(data: Any, *, where: str = "plan") -> Plan:
@@ -72,7 +106,17 @@ def to_yaml(documents: Iterable[Mapping[str, Any]]) -> str:
     except ImportError:
         msg = "writing YAML needs PyYAML: pip install 'koi[render]' (or koi[k8s], koi[skypilot])"
         raise InvalidInput(msg) from None
-    return str(yaml.safe_dump_all([dict(d) for d in documents], sort_keys=False, width=100))
+
+    class _Dumper(yaml.SafeDumper):  # type: ignore[misc]
+        """Multi-line strings (a ``run`` script) as literal blocks, everything else as usual."""
+
+    def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    _Dumper.add_representer(str, _str)
+    docs = [dict(d) for d in documents]
+    return str(yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, width=4096))
 
 
 def write_files(files: Mapping[str, str], out: str | os.PathLike[str]) -> list[Path]:

@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.integrations.kubernetes._schemas import validate
+from tests.integrations.kubernetes._schemas import validate, warm_up
 
 _APPLY = "application/apply-patch+yaml"
 _LWS = "/apis/leaderworkerset.x-k8s.io/v1/namespaces/"
@@ -89,13 +89,14 @@ class FakeCluster:
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> str:
+        warm_up()  # build the schema validators now, not inside a client's request timeout
         cluster = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 cluster._handle(self)
 
-            do_PATCH = do_DELETE = do_POST = do_PUT = do_GET
+            do_PATCH = do_DELETE = do_POST = do_PUT = do_GET  # noqa: N815 (http.server's names)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -153,6 +154,7 @@ class FakeCluster:
         except Exception as exc:  # a bug in the fake must show, not hang the client
             code, out = 500, _status(500, "InternalError", f"fake server: {exc!r}")
         self._send(h, code, out)
+        return None
 
     @staticmethod
     def _send(h: BaseHTTPRequestHandler, code: int, out: dict[str, Any]) -> None:
@@ -230,13 +232,13 @@ class FakeCluster:
         old = self.objects.get(key)
         force = query.get("force") == "true"
         owner = self.owners.get(name)
-        if old is not None and owner and owner != manager and not force:
-            if obj["spec"].get("replicas") != old["spec"].get("replicas"):
-                message = (
-                    f'Apply failed with 1 conflict: conflict with "{owner}" using '
-                    f"{api_version}: .spec.replicas"
-                )
-                return 409, _status(409, "Conflict", message)
+        taken = old is not None and owner and owner != manager and not force
+        if taken and obj["spec"].get("replicas") != old["spec"].get("replicas"):  # type: ignore[index]
+            message = (
+                f'Apply failed with 1 conflict: conflict with "{owner}" using '
+                f"{api_version}: .spec.replicas"
+            )
+            return 409, _status(409, "Conflict", message)
         new = copy.deepcopy(obj)
         generation = 1
         if old is not None:

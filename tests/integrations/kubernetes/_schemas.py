@@ -18,9 +18,14 @@ LWS_SCHEMA = Path(__file__).parent / "data" / "leaderworkerset-v1.schema.json"
 
 #: every Kubernetes minor version from 1.30 that kubernetes-validate ships schemas for
 VERSIONS = tuple(
-    v.rsplit(".", 1)[0]
-    for v in all_versions()
-    if tuple(int(x) for x in v.split(".")[:2]) >= (1, 30)
+    sorted(
+        {
+            v.rsplit(".", 1)[0]
+            for v in all_versions()
+            if tuple(map(int, v.split(".")[:2])) >= (1, 30)
+        },
+        key=lambda v: tuple(map(int, v.split("."))),
+    )
 )
 
 
@@ -72,3 +77,10 @@ def validate(obj: dict[str, Any], version: str, *, fast: bool = False) -> None:
         _strict_validator(version, obj["kind"], obj["apiVersion"]).validate(obj)
     else:
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+def warm_up(version: str = "1.30") -> None:
+    """Build the cached validators the fake API server uses."""
+    _lws_validator()
+    for kind, api in (("Deployment", "apps/v1"), ("Service", "v1"), ("PodTemplate", "v1")):
+        _strict_validator(version, kind, api)

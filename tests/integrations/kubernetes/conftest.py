@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("kubernetes", reason="the k8s extra is not installed: pip install 'koi[k8s]'")
 pytest.importorskip(
-    "kubernetes_validate", reason="kubernetes-validate is not installed: pip install 'koi[test-k8s]'"
+    "kubernetes_validate",
+    reason="kubernetes-validate is not installed: pip install 'koi[test-k8s]'",
 )
 
 from koi.integrations.kubernetes import KubeApi, KubernetesLauncher, KubernetesSettings
@@ -66,7 +67,7 @@ def api(cluster: FakeCluster) -> KubeApi:
     assert cluster._server is not None
     cfg.host = f"http://127.0.0.1:{cluster._server.server_port}"
     cfg.retries = 0
-    return KubeApi(client.ApiClient(cfg), timeout_s=1.0)
+    return KubeApi(client.ApiClient(cfg), timeout_s=5.0)
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import yaml
 from koi.errors import KoiWarning
 from koi.integrations.engine import workload_name
 from koi.integrations.kubernetes import KubeApi, KubernetesLauncher, KubernetesSettings
-from koi.plugins import PluginHost, make_plugin_manager
 from koi.planner import Planner
+from koi.plugins import PluginHost, make_plugin_manager
 from koi.testing.contracts import LauncherContract
 from koi.testing.fakes import example_snapshot
 from koi.types import (
@@ -71,19 +71,23 @@ def test_pools_from_gpu_nodes(launcher: KubernetesLauncher) -> None:
     assert l4.pool.environment.gpu == "L4"  # from Karpenter's instance-gpu-name label
     assert h100.pool.environment.gpu == "H100-SXM"  # from GPU feature discovery's product label
     cat = load_catalog()
-    assert l40s.pool.environment.price_usd_per_h == cat.instance("aws", "g6e.12xlarge").price_usd_per_h(
-        "on_demand"
-    )
+    assert l40s.pool.environment.price_usd_per_h == cat.instance(
+        "aws", "g6e.12xlarge"
+    ).price_usd_per_h("on_demand")
     spot = cat.instance("aws", "g6.xlarge")
     assert l4.pool.environment.price_usd_per_h == spot.price_usd_per_h("spot")
     assert l4.pool.environment.preemption_per_h == spot.spot_preemption_per_h > 0
-    assert h100.pool.environment.multi_node and not l40s.pool.environment.multi_node
+    assert h100.pool.environment.multi_node
+    assert not l40s.pool.environment.multi_node
     assert l40s.selector["nvidia.com/gpu.product"] == "NVIDIA-L40S"
     assert l40s.selector["karpenter.sh/capacity-type"] == "on-demand"
     assert h100.selector["eks.amazonaws.com/capacityType"] == "ON_DEMAND"
-    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"} in [
-        dict(t) for t in h100.tolerations
-    ]
+    assert {
+        "key": "nvidia.com/gpu",
+        "operator": "Equal",
+        "value": "present",
+        "effect": "NoSchedule",
+    } in [dict(t) for t in h100.tolerations]
 
 
 def test_nodes_that_cannot_serve_are_left_out_and_said_so(
@@ -99,7 +103,12 @@ def test_nodes_that_cannot_serve_are_left_out_and_said_so(
         views = launcher.pools()
     text = str(caught[0].message)
     assert views[L40S_POOL].pool.capacity_instances == 2
-    for fragment in ("l40s-down: not Ready", "l40s-cordoned: cordoned", "3 of 4 GPUs", "NVIDIA-X9000"):
+    for fragment in (
+        "l40s-down: not Ready",
+        "l40s-cordoned: cordoned",
+        "3 of 4 GPUs",
+        "NVIDIA-X9000",
+    ):
         assert fragment in text
 
 
@@ -115,12 +124,11 @@ def test_price_override_and_alias(cluster: FakeCluster, api: KubeApi) -> None:
     views = KubernetesLauncher(api, s).pools()
     assert views["onprem/us-east-1/on_demand/g6e.12xlarge"].pool.environment.price_usd_per_h == 7.5
     pcie = views["onprem/default/on_demand/h100-sxm-x2"].pool
-    assert pcie.environment.gpu == "H100-SXM" and pcie.capacity_instances == 1
+    assert pcie.environment.gpu == "H100-SXM"
+    assert pcie.capacity_instances == 1
 
 
-def test_snapshot_reads_the_ladders_koi_applied(
-    api: KubeApi, settings: KubernetesSettings
-) -> None:
+def test_snapshot_reads_the_ladders_koi_applied(api: KubeApi, settings: KubernetesSettings) -> None:
     snap = example_snapshot()
     job = attrs.evolve(snap.jobs[0], id="chat", model="Llama-3.1-8B")
     launcher = KubernetesLauncher(api, attrs.evolve(settings, jobs=(job,)))
@@ -128,7 +136,8 @@ def test_snapshot_reads_the_ladders_koi_applied(
     result = launch(launcher, plan(*ladder.ranks))
     assert result.complete, result.message
     snapshot = launcher.koi_snapshot(now=60.0)
-    assert snapshot is not None and snapshot.time_s == 60.0
+    assert snapshot is not None
+    assert snapshot.time_s == 60.0
     assert snapshot.current_ladders["chat"].gpus_by_pool() == ladder.gpus_by_pool()
     assert {r.replicas for r in snapshot.current_ladders["chat"].ranks} == {1, 2}
 
@@ -162,7 +171,8 @@ def test_advisory_mode_writes_manifests_and_needs_no_cluster(tmp_path: Path) -> 
     p = plan(Rank(Chain("Llama-3.1-8B", env, Config(tp=2)), 3))
     result = launch(launcher, p)
     path = tmp_path / "out" / "koi-chat.yaml"
-    assert result.materialized == Ladder() and str(path) in result.message
+    assert result.materialized == Ladder()
+    assert str(path) in result.message
     docs = list(yaml.safe_load_all(path.read_text()))
     assert [d["kind"] for d in docs] == ["Service", "Deployment"]
     assert docs[1]["spec"]["replicas"] == 3
@@ -187,17 +197,20 @@ def test_apply_dry_runs_every_object_first_then_applies_server_side(
 ) -> None:
     r = rank(launcher, replicas=2, tp=2)
     result = launch(launcher, plan(r))
-    assert result.complete and result.message.startswith("2 of 2 replicas ready")
+    assert result.complete
+    assert result.message.startswith("2 of 2 replicas ready")
     patches = apply_patches(cluster)
     dry = [p for p, q in patches if q.get("dryRun") == "All"]
     real = [p for p, q in patches if "dryRun" not in q]
-    assert sorted(dry) == sorted(real) and len(real) == 2
+    assert sorted(dry) == sorted(real)
+    assert len(real) == 2
     assert max(patches.index((p, q)) for p, q in patches if "dryRun" in q) < min(
         patches.index((p, q)) for p, q in patches if "dryRun" not in q
     )
     assert all(q["fieldManager"] == "koi" and q["force"] == "false" for _, q in patches)
     dep = cluster.workload(workload_name("chat", r.chain))
-    assert dep is not None and dep["spec"]["replicas"] == 2
+    assert dep is not None
+    assert dep["spec"]["replicas"] == 2
     limits = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": "2"}
     assert launcher.actions[-1] == f"applied Deployment {workload_name('chat', r.chain)}"
@@ -224,7 +237,9 @@ def test_scale_keeps_the_workload_and_changes_replicas(
     deps = [k for k in cluster.objects if k[0] == "deployments"]
     assert len(deps) == 1
     dep = cluster.workload(workload_name("chat", r.chain))
-    assert dep is not None and dep["spec"]["replicas"] == 2 and dep["metadata"]["generation"] == 2
+    assert dep is not None
+    assert dep["spec"]["replicas"] == 2
+    assert dep["metadata"]["generation"] == 2
 
 
 def test_a_409_conflict_is_reported_and_force_takes_the_field(
@@ -236,14 +251,16 @@ def test_a_409_conflict_is_reported_and_force_takes_the_field(
     name = workload_name("chat", r.chain)
     cluster.owners[name] = "hpa-controller"  # an autoscaler took spec.replicas over
     result = launch(launcher, plan(attrs.evolve(r, replicas=3), kind="reconfigure"))
-    assert "HTTP 409" in result.message and "hpa-controller" in result.message
+    assert "HTTP 409" in result.message
+    assert "hpa-controller" in result.message
     assert "force_conflicts=True" in result.message
     # nothing was changed, and what still serves is reported
     assert cluster.workload(name)["spec"]["replicas"] == 2  # type: ignore[index]
     assert result.materialized == Ladder((r,))
     forced = KubernetesLauncher(api, attrs.evolve(settings, force_conflicts=True))
     result = launch(forced, plan(attrs.evolve(r, replicas=3), kind="reconfigure"))
-    assert result.complete and cluster.workload(name)["spec"]["replicas"] == 3  # type: ignore[index]
+    assert result.complete
+    assert cluster.workload(name)["spec"]["replicas"] == 3
     assert all(q["force"] == "true" for _, q in apply_patches(cluster)[-4:])
 
 
@@ -322,7 +339,8 @@ def test_break_before_make_when_the_pool_cannot_hold_both(
     ]
     new = rank(launcher, replicas=2, tp=2)
     result = launch(launcher, plan(new, kind="reconfigure"))
-    assert "break-before-make" in result.message and "has 0 free GPUs, needs 4" in result.message
+    assert "break-before-make" in result.message
+    assert "has 0 free GPUs, needs 4" in result.message
     old_name, new_name = workload_name("chat", old.chain), workload_name("chat", new.chain)
     patches = [(p, q) for p, q in apply_patches(cluster) if "dryRun" not in q]
     order = [p.rsplit("/", 1)[1] for p, _ in patches]
@@ -347,14 +365,20 @@ def test_multi_node_chain_becomes_a_leaderworkerset(
     result = launch(launcher, plan(r))
     assert result.complete, result.message
     lws = cluster.workload(workload_name("chat", r.chain))
-    assert lws is not None and lws["kind"] == "LeaderWorkerSet"
+    assert lws is not None
+    assert lws["kind"] == "LeaderWorkerSet"
     tpl = lws["spec"]["leaderWorkerTemplate"]
     assert tpl["size"] == 2
     leader = tpl["leaderTemplate"]["spec"]["containers"][0]
     assert leader["resources"]["limits"] == {"nvidia.com/gpu": "8"}
     assert "--pipeline-parallel-size 2" in leader["command"][-1]
     tolerations = tpl["workerTemplate"]["spec"]["tolerations"]
-    assert {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"} in tolerations
+    assert {
+        "key": "nvidia.com/gpu",
+        "operator": "Equal",
+        "value": "present",
+        "effect": "NoSchedule",
+    } in tolerations
 
 
 # -- bad input ------------------------------------------------------------------------------------
@@ -403,13 +427,17 @@ def test_an_unreachable_cluster_is_reported_for_every_job(
     assert all("nothing applied: list nodes: HTTP 503" in x.message for x in results)
 
 
-def test_an_api_timeout_is_reported(cluster: FakeCluster, launcher: KubernetesLauncher) -> None:
-    r = rank(launcher)
+def test_an_api_timeout_is_reported(
+    cluster: FakeCluster, api: KubeApi, settings: KubernetesSettings
+) -> None:
+    impatient = KubernetesLauncher(KubeApi(api._client, timeout_s=0.3), settings)
+    r = rank(impatient)
     cluster.hang.add("/deployments/")
-    cluster.hang_s = 1.5  # the client gives up after 1 s
-    result = launch(launcher, plan(r))
+    cluster.hang_s = 1.0  # the client gives up after 0.3 s
+    result = launch(impatient, plan(r))
     assert result.materialized == Ladder()
-    assert "no answer" in result.message and "timed out" in result.message.lower()
+    assert "no answer" in result.message
+    assert "timed out" in result.message.lower()
 
 
 def test_a_missing_leaderworkerset_crd_is_reported(
@@ -418,7 +446,8 @@ def test_a_missing_leaderworkerset_crd_is_reported(
     cluster.lws_installed = False
     r = rank(launcher, H100_POOL, replicas=1, model="Llama-3.1-405B", tp=8, pp=2, quant="fp8")
     result = launch(launcher, plan(r))
-    assert result.materialized == Ladder() and "HTTP 404" in result.message
+    assert result.materialized == Ladder()
+    assert "HTTP 404" in result.message
 
 
 def test_a_chain_too_wide_for_a_single_node_pool_is_reported(launcher: KubernetesLauncher) -> None:

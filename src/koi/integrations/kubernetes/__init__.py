@@ -40,7 +40,8 @@ from koi.integrations.kubernetes._render import (
     render_rank,
     render_service,
 )
-from koi.integrations.kubernetes._settings import KubernetesSettings, LaunchMode, NodeLabels
+from koi.integrations.kubernetes._settings import KubernetesSettings, NodeLabels
+from koi.integrations.render import LaunchMode
 
 __all__ = [
     "FIELD_MANAGER",

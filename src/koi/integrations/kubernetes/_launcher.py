@@ -24,8 +24,8 @@ from koi.integrations.kubernetes._render import (
     render_rank,
     render_service,
 )
-from koi.integrations.kubernetes._settings import KubernetesSettings, LaunchMode
-from koi.integrations.render import to_yaml, write_files
+from koi.integrations.kubernetes._settings import KubernetesSettings
+from koi.integrations.render import LaunchMode, to_yaml, write_files
 from koi.plugins import hookimpl
 from koi.types import (
     ActiveDeployment,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -12,33 +11,11 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.integrations.engine import EngineSettings
+from koi.integrations.render import LaunchMode, to_mode
 from koi.types import Job, Market
 from koi.types.validators import identifier, non_negative, optional, positive, to_tuple
 
-__all__ = ["KubernetesSettings", "LaunchMode", "NodeLabels", "to_mode"]
-
-
-class LaunchMode(enum.StrEnum):
-    """What ``koi_launch`` does with a plan.
-
-    - ``advisory``: write the manifests to ``out_dir``; touch no cluster.
-    - ``dry_run``: send every object to the API server with ``dryRun=All`` (admission, schema
-      and conflict checks run, nothing is stored) and report what the server said.
-    - ``apply``: dry-run first, then server-side apply, wait (bounded) for readiness, and
-      retire the replaced workloads make-before-break.
-    """
-
-    ADVISORY = "advisory"
-    DRY_RUN = "dry_run"
-    APPLY = "apply"
-
-
-def to_mode(value: Any) -> LaunchMode:
-    try:
-        return LaunchMode(str(value).replace("-", "_"))
-    except ValueError:
-        known = [m.value for m in LaunchMode]
-        raise InvalidInput(f"mode: must be one of {known}, got {value!r}") from None
+__all__ = ["KubernetesSettings", "NodeLabels"]
 
 
 def _str_map(value: Mapping[str, str]) -> Mapping[str, str]:
