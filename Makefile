@@ -6,8 +6,9 @@ STAMP := $(VENV)/.installed
 # A real Prometheus for the integration tests: Debian's package, unpacked, never installed.
 PROM_DIR := .cache/prometheus
 PROM_BIN := $(PROM_DIR)/usr/bin/prometheus
+INT_STAMP := $(VENV)/.installed-integrations
 
-.PHONY: venv demo test lint pytest bench clean prometheus
+.PHONY: venv demo test lint pytest test-integrations bench clean prometheus
 
 venv: $(STAMP)
 
@@ -34,7 +35,15 @@ lint: venv
 	$(BIN)/mypy
 
 pytest: venv prometheus
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not integrations"
+
+# Tests against large optional packages (SkyPilot): a separate target, also run by .ci/run.
+$(INT_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[skypilot]'
+	touch $(INT_STAMP)
+
+test-integrations: $(INT_STAMP)
+	$(BIN)/python -m pytest -q -m integrations tests/integrations
 
 test: lint pytest
 
