@@ -108,7 +108,10 @@ def to_yaml(documents: Iterable[Mapping[str, Any]]) -> str:
         raise InvalidInput(msg) from None
 
     class _Dumper(yaml.SafeDumper):  # type: ignore[misc]
-        """Multi-line strings (a ``run`` script) as literal blocks, everything else as usual."""
+        """Multi-line strings (a ``run`` script) as literal blocks; no anchors or aliases."""
+
+        def ignore_aliases(self, data: object) -> bool:
+            return True
 
     def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
         style = "|" if "\n" in value else None

@@ -124,4 +124,5 @@ def test_koi_render_of_a_builtin_scenario_loads_in_skypilot(
     assert files
     for f in files:
         task = _load(sky, f)
-        assert task.service is not None and task.run
+        assert task.service is not None
+        assert task.run
