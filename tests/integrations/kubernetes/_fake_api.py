@@ -7,7 +7,7 @@ the real server would (strict Kubernetes 1.30 schemas, the LWS v1 schema): an in
 is a 422.  Tests steer it:
 
 - ``ready_cap[name]``: at most this many replicas of the workload ever become ready
-  (default: all of them, at once);
+  (``ready_cap_default`` for the others; ``None``: all of them, at once);
 - ``owners[name]``: another field manager owns ``spec.replicas`` of that workload, so an
   apply that changes it without ``force`` is a 409 conflict;
 - ``failures``: ``(method, path fragment, status, message)`` answers to inject;
@@ -77,6 +77,7 @@ class FakeCluster:
         self.pods: list[dict[str, Any]] = []
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
         self.ready_cap: dict[str, int] = {}
+        self.ready_cap_default: int | None = None
         self.owners: dict[str, str] = {}
         self.failures: list[tuple[str, str, int, str]] = []
         self.hang: set[str] = set()
@@ -127,7 +128,8 @@ class FakeCluster:
         if out["kind"] == "Service":
             return out
         want = int(out["spec"].get("replicas", 1))
-        ready = min(want, self.ready_cap.get(out["metadata"]["name"], want))
+        cap = self.ready_cap.get(out["metadata"]["name"], self.ready_cap_default)
+        ready = want if cap is None else min(want, cap)
         status: dict[str, Any] = {"replicas": want, "readyReplicas": ready, "updatedReplicas": want}
         if out["kind"] == "Deployment":
             status["observedGeneration"] = out["metadata"]["generation"]

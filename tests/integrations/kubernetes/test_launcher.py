@@ -12,7 +12,6 @@ from koi.errors import KoiWarning
 from koi.integrations.engine import workload_name
 from koi.integrations.kubernetes import KubeApi, KubernetesLauncher, KubernetesSettings
 from koi.planner import Planner
-from koi.plugins import PluginHost, make_plugin_manager
 from koi.testing.contracts import LauncherContract
 from koi.testing.fakes import example_snapshot
 from koi.types import (
@@ -20,11 +19,15 @@ from koi.types import (
     Chain,
     Config,
     Environment,
+    Job,
     JobAction,
     Ladder,
     LaunchResult,
+    LengthDist,
     Plan,
     Rank,
+    ServingTarget,
+    WorkloadProfile,
 )
 from tests.integrations.kubernetes._fake_api import FakeCluster, gpu_node
 from tests.integrations.kubernetes.conftest import H100_POOL, L4_POOL, L40S, L40S_POOL
@@ -275,16 +278,33 @@ def test_partial_rollout_one_of_three_ready_is_reported(
 
 
 def test_a_partial_launch_reaches_the_planners_ledger(
-    cluster: FakeCluster, launcher: KubernetesLauncher
+    cluster: FakeCluster, api: KubeApi, settings: KubernetesSettings
 ) -> None:
-    """PluginHost hands the materialized ladder (1 of 3) to the planner, not the plan's."""
-    r = rank(launcher, replicas=3)
-    cluster.ready_cap[workload_name("chat", r.chain)] = 1
-    host = PluginHost(make_plugin_manager(plugins=[launcher], entry_points=False))
-    batch = host.launch(plan(r))
-    assert not batch.errors
-    assert batch.materialized("chat") == Ladder((attrs.evolve(r, replicas=1),))
-    assert isinstance(Planner, type)  # the planner's S6 stores exactly this ladder (see planner)
+    """A whole tick: snapshot from the cluster, plan, launch; the ledger holds what came up."""
+    job = Job(
+        id="chat",
+        model="Llama-3.1-8B",
+        job_class="online",
+        workload=WorkloadProfile(
+            LengthDist(800, 0.4, 4096), LengthDist(200, 0.4, 1024), rate_rps=60.0
+        ),
+        target=ServingTarget.online(p99_ttft_ms=1500, p99_tpot_ms=60),
+    )
+    launcher = KubernetesLauncher(api, attrs.evolve(settings, jobs=(job,)))
+    cluster.ready_cap_default = 1  # every workload gets one ready replica, whatever it asked
+    planner = Planner(plugins=[launcher])
+    result = planner.tick()
+    planned = result.plan.ladders["chat"]
+    assert not result.fallback
+    entries = {chain: e for (j, chain), e in planner.state.ledger.items() if j == "chat"}
+    assert set(entries) == {r.chain for r in planned.ranks}
+    assert all(e.replicas == 1 for e in entries.values())
+    assert planned.replicas > len(planned.ranks), "the plan asked for more than one per rank"
+    # and the next snapshot reports the one ready replica per rank as the current ladder
+    snapshot = launcher.snapshot(now=300.0)
+    assert {r.chain: r.replicas for r in snapshot.current_ladders["chat"].ranks} == dict.fromkeys(
+        entries, 1
+    )
 
 
 def test_make_before_break_retires_the_old_rank_once_the_new_one_is_ready(
