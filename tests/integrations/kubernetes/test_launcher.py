@@ -508,3 +508,19 @@ class TestKubernetesLauncherContract(LauncherContract):
         r = rank(launcher, replicas=3)
         cluster.ready_cap[workload_name("chat", r.chain)] = 1
         return plan(r)
+
+
+def test_a_kept_rank_is_looked_at_not_waited_for(
+    cluster: FakeCluster, api: KubeApi, settings: KubernetesSettings
+) -> None:
+    import time
+
+    r = rank(KubernetesLauncher(api, settings), replicas=2)
+    cluster.ready_cap[workload_name("chat", r.chain)] = 1
+    launch(KubernetesLauncher(api, settings), plan(r))
+    patient = KubernetesLauncher(api, attrs.evolve(settings, ready_timeout_s=60.0))
+    start = time.monotonic()
+    result = launch(patient, plan(r, kind="keep"))
+    assert time.monotonic() - start < 10.0
+    assert "1 of 2 replicas ready (kept)" in result.message
+    assert result.materialized == Ladder((attrs.evolve(r, replicas=1),))

@@ -152,6 +152,19 @@ def test_a_config_change_on_the_same_pool_is_a_blue_green_update() -> None:
     assert "--tensor-parallel-size 4" in sky.services[name]["config"]["run"]
 
 
+def test_an_unchanged_service_is_not_updated_again() -> None:
+    sky = StubSky()
+    launcher = SkyPilotLauncher(settings(), sky=sky)
+    r = rank(L40S, 2)
+    launch(launcher, plan(r))
+    assert launch(launcher, plan(r)).complete  # placed again, same config: nothing to roll
+    assert launch(launcher, plan(r, kind="keep")).complete
+    restarted = SkyPilotLauncher(settings(), sky=sky)  # forgot what it sent; a keep is trusted
+    assert launch(restarted, plan(r, kind="keep")).complete
+    assert [op for op, _ in sky.calls if op in ("up", "update")] == ["up"]
+    assert sky.services[serve_name("chat", r.chain)]["version"] == 1
+
+
 def test_a_move_to_another_pool_retires_the_old_service_once_the_new_one_is_ready() -> None:
     sky = StubSky()
     launcher = SkyPilotLauncher(settings(), sky=sky)

@@ -28,6 +28,7 @@ from koi.integrations.kubernetes._settings import KubernetesSettings
 from koi.integrations.render import LaunchMode, to_yaml, write_files
 from koi.plugins import hookimpl
 from koi.types import (
+    ActionKind,
     ActiveDeployment,
     Chain,
     ClusterSnapshot,
@@ -94,6 +95,8 @@ class _RankWork:
     problem: str = ""
     applied: bool = False
     ready: int = 0
+    #: wait for it to become ready (a kept rank is only looked at: it is not rolling out)
+    patient: bool = True
 
     @property
     def name(self) -> str:
@@ -235,8 +238,11 @@ class KubernetesLauncher:
     def koi_launch(self, plan: Plan) -> list[LaunchResult]:
         """Apply the plan's ranks on this cluster; one result per job touched (see module doc)."""
         self.actions = []
+        kept = {a.job_id for a in plan.actions if a.kind is ActionKind.KEEP}
         work = [
-            _JobWork(job_id, mine, [_RankWork(r) for r in _merged(mine)])
+            _JobWork(
+                job_id, mine, [_RankWork(r, patient=job_id not in kept) for r in _merged(mine)]
+            )
             for job_id, ladder in sorted(plan.ladders.items())
             if not (mine := self._mine(ladder)).is_empty
         ]
@@ -442,10 +448,14 @@ class KubernetesLauncher:
                 )
             self._collect_garbage(w.job_id, by_job.get(w.job_id, []), {r.name for r in w.ranks})
             results.append(self._result(w, self._summary(w)))
-        for job_id in retire:
-            for lv in by_job.get(job_id, []):
-                if lv.replicas > 0:
-                    self._scale_to_zero(lv, views)
+        failed = [
+            problem
+            for job_id in retire
+            for lv in by_job.get(job_id, [])
+            if lv.replicas > 0 and (problem := self._scale_to_zero(lv, views))
+        ]
+        if failed:  # no result carries these jobs (the plan does not run them here)
+            warnings.warn(KoiWarning("; ".join(failed)), stacklevel=3)
         return results
 
     def _collect_garbage(self, job_id: str, live: Iterable[_Live], targets: set[str]) -> None:
@@ -471,18 +481,16 @@ class KubernetesLauncher:
                     r.problem = f"status unknown: {exc}"
                     continue
                 r.ready = ready_replicas(obj) if obj else 0
-                if r.ready < r.rank.replicas:
+                if r.ready < r.rank.replicas and r.patient:
                     still.append(r)
             pending = still
             if not pending or self._clock() >= deadline:
                 break
             self._sleep(min(self.settings.poll_interval_s, max(0.0, deadline - self._clock())))
-        for r in pending:
-            if not r.problem:
-                r.problem = (
-                    f"{r.ready} of {r.rank.replicas} replicas ready after "
-                    f"{self.settings.ready_timeout_s:g} s"
-                )
+        for r in ranks:
+            if not r.problem and r.ready < r.rank.replicas:
+                waited = f"after {self.settings.ready_timeout_s:g} s" if r.patient else "(kept)"
+                r.problem = f"{r.ready} of {r.rank.replicas} replicas ready {waited}"
 
     @staticmethod
     def _summary(w: _JobWork) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -19,7 +21,7 @@ from koi.integrations.skypilot._render import (
     service_names,
 )
 from koi.plugins import hookimpl
-from koi.types import Ladder, LaunchResult, Plan, Rank
+from koi.types import ActionKind, Ladder, LaunchResult, Plan, Rank
 
 __all__ = ["ServiceState", "SkyPilotLauncher", "service_states"]
 
@@ -63,6 +65,7 @@ class _Rank:
     version: int = 0  # the service version that serves this rank once applied
     ready: int = 0
     task: Any = None  # the sky.Task, once SkyPilot accepted the config
+    patient: bool = True  # wait for it (a kept rank is only looked at)
 
     def to_task(self, sky: Any) -> Callable[[], Any]:
         config = self.config
@@ -107,6 +110,7 @@ class SkyPilotLauncher:
         self._clock = clock
         self._sleep = sleep
         self.actions: list[str] = []
+        self._applied: dict[str, str] = {}  # service -> digest of the config last sent
 
     @property
     def sky(self) -> Any:
@@ -154,6 +158,9 @@ class SkyPilotLauncher:
             for job_id, ladder in sorted(plan.ladders.items())
             if (mine := owned_ranks(ladder, self.settings))
         ]
+        for job_id, _, ranks in jobs:
+            for r in ranks:
+                r.patient = plan.action(job_id).kind is not ActionKind.KEEP
         mode = self.settings.mode
         if mode is LaunchMode.ADVISORY:
             return self._advisory(jobs)
@@ -224,10 +231,15 @@ class SkyPilotLauncher:
                 if r.problem or r.task is None:
                     continue
                 current = states.get(r.name)
+                digest = _digest(r.config)
                 if current is None:
                     r.problem, r.version = self._up(r.name, r.task), 1
+                elif not r.patient or self._applied.get(r.name) == digest:
+                    r.version = current.version  # unchanged: no new version to roll out
                 else:
                     r.problem, r.version = self._update(r.name, r.task), current.version + 1
+                if not r.problem:
+                    self._applied[r.name] = digest
         self._wait([r for _, _, ranks in jobs for r in ranks if r.version and not r.problem])
         owner = _owners(states, [j for j, _, _ in jobs] + stopped)
         results = []
@@ -258,17 +270,21 @@ class SkyPilotLauncher:
             for r in pending:
                 state = states.get(r.name)
                 r.ready = min(state.ready_at(r.version), r.rank.replicas) if state else 0
-                if r.ready < r.rank.replicas:
+                if r.ready < r.rank.replicas and r.patient:
                     still.append(r)
             pending = still
             if not pending or self._clock() >= deadline:
                 break
             self._sleep(min(self.settings.poll_interval_s, max(0.0, deadline - self._clock())))
-        for r in pending:
-            r.problem = (
-                f"{r.ready} of {r.rank.replicas} replicas ready after "
-                f"{self.settings.ready_timeout_s:g} s" + (f" ({problem})" if problem else "")
-            )
+        for r in ranks:
+            if r.ready < r.rank.replicas:
+                waited = f"after {self.settings.ready_timeout_s:g} s" if r.patient else "(kept)"
+                note = f" ({problem})" if problem else ""
+                r.problem = f"{r.ready} of {r.rank.replicas} replicas ready {waited}{note}"
+
+
+def _digest(config: Mapping[str, Any] | None) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
 
 def _fits(service: str, job_id: str) -> bool:
