@@ -521,6 +521,6 @@ def test_a_kept_rank_is_looked_at_not_waited_for(
     patient = KubernetesLauncher(api, attrs.evolve(settings, ready_timeout_s=60.0))
     start = time.monotonic()
     result = launch(patient, plan(r, kind="keep"))
-    assert time.monotonic() - start < 10.0
+    assert time.monotonic() - start < 30.0  # far below the 60 s it would wait for a new rank
     assert "1 of 2 replicas ready (kept)" in result.message
     assert result.materialized == Ladder((attrs.evolve(r, replicas=1),))
