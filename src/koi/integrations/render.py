@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from koi.types import JobAction, Ladder, Plan, from_data
 __all__ = [
     "TARGETS",
     "LaunchMode",
+    "poll_until",
     "ranks_on",
     "read_plan",
     "to_mode",
@@ -54,6 +55,23 @@ def to_mode(value: Any) -> LaunchMode:
     except ValueError:
         known = [m.value for m in LaunchMode]
         raise InvalidInput(f"mode: must be one of {known}, got {value!r}") from None
+
+
+def poll_until(
+    done: Callable[[], bool],
+    *,
+    timeout_s: float,
+    interval_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> None:
+    """Call ``done`` until it says so or ``timeout_s`` has passed: a launcher's bounded wait.
+
+    ``done`` is called at least once, and once more right at the deadline.
+    """
+    deadline = clock() + timeout_s
+    while not done() and clock() < deadline:
+        sleep(min(interval_s, max(0.0, deadline - clock())))
 
 
 def read_plan(data: Any, *, where: str = "plan") -> Plan:

@@ -25,7 +25,7 @@ from koi.integrations.kubernetes._render import (
     render_service,
 )
 from koi.integrations.kubernetes._settings import KubernetesSettings
-from koi.integrations.render import LaunchMode, to_yaml, write_files
+from koi.integrations.render import LaunchMode, poll_until, to_yaml, write_files
 from koi.plugins import hookimpl
 from koi.types import (
     ActionKind,
@@ -470,9 +470,10 @@ class KubernetesLauncher:
 
     def _wait(self, ranks: list[_RankWork]) -> None:
         """Poll until every applied rank is ready or ``ready_timeout_s`` has passed."""
-        deadline = self._clock() + self.settings.ready_timeout_s
         pending = list(ranks)
-        while True:
+
+        def all_ready() -> bool:
+            nonlocal pending
             still = []
             for r in pending:
                 try:
@@ -484,12 +485,19 @@ class KubernetesLauncher:
                 if r.ready < r.rank.replicas and r.patient:
                     still.append(r)
             pending = still
-            if not pending or self._clock() >= deadline:
-                break
-            self._sleep(min(self.settings.poll_interval_s, max(0.0, deadline - self._clock())))
+            return not pending
+
+        s = self.settings
+        poll_until(
+            all_ready,
+            timeout_s=s.ready_timeout_s,
+            interval_s=s.poll_interval_s,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
         for r in ranks:
             if not r.problem and r.ready < r.rank.replicas:
-                waited = f"after {self.settings.ready_timeout_s:g} s" if r.patient else "(kept)"
+                waited = f"after {s.ready_timeout_s:g} s" if r.patient else "(kept)"
                 r.problem = f"{r.ready} of {r.rank.replicas} replicas ready {waited}"
 
     @staticmethod

@@ -19,6 +19,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.integrations.engine import (
+    chain_key,
     engine_command,
     label_value,
     multi_node_commands,
@@ -86,8 +87,6 @@ def nodes_per_copy(chain: Chain) -> int:
 
 
 def _labels(job_id: str, chain: Chain, settings: KubernetesSettings) -> dict[str, str]:
-    from koi.integrations.engine import chain_key
-
     return {
         **settings.labels,
         **MANAGED_BY,

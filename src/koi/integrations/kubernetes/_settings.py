@@ -70,11 +70,11 @@ class KubernetesSettings:
 
     ``ready_timeout_s`` bounds how long one launch waits for replicas to become ready (the
     per-rank readiness report comes after it at the latest); ``poll_interval_s`` is the
-    status poll period; ``request_timeout_s`` bounds each API call.  ``force_conflicts``
-    makes koi take over fields another field manager owns (an HPA's ``replicas``, a human's
-    ``kubectl edit``) instead of reporting the conflict.  ``out_dir`` is where ``advisory``
-    mode writes manifests.  ``jobs`` are the jobs the snapshot reports (a cluster knows its
-    workloads, not the SLOs behind them).
+    status poll period (each API call is bounded by ``KubeApi``'s ``timeout_s``).
+    ``force_conflicts`` makes koi take over fields another field manager owns (an HPA's
+    ``replicas``, a human's ``kubectl edit``) instead of reporting the conflict.  ``out_dir``
+    is where ``advisory`` mode writes manifests.  ``jobs`` are the jobs the snapshot reports
+    (a cluster knows its workloads, not the SLOs behind them).
 
     .. versionadded:: 0.1
     """
@@ -107,7 +107,6 @@ class KubernetesSettings:
     shm_gib: float = attrs.field(default=16.0, validator=positive)
     ready_timeout_s: float = attrs.field(default=900.0, validator=non_negative)
     poll_interval_s: float = attrs.field(default=5.0, validator=positive)
-    request_timeout_s: float = attrs.field(default=30.0, validator=positive)
     force_conflicts: bool = False
     jobs: tuple[Job, ...] = attrs.field(default=(), converter=to_tuple)
     #: how long a spot node's pool is trusted, as the environment's preemption hazard per hour

@@ -13,7 +13,7 @@ import attrs
 from koi.catalog import Catalog, load_catalog
 from koi.errors import InvalidInput
 from koi.integrations.engine import dns_label
-from koi.integrations.render import LaunchMode, to_yaml, write_files
+from koi.integrations.render import LaunchMode, poll_until, to_yaml, write_files
 from koi.integrations.skypilot._render import (
     SkyPilotSettings,
     owned_ranks,
@@ -262,9 +262,12 @@ class SkyPilotLauncher:
         return results
 
     def _wait(self, ranks: list[_Rank]) -> None:
-        deadline = self._clock() + self.settings.ready_timeout_s
+        """Poll SkyServe until every rank has its READY replicas or ``ready_timeout_s`` passed."""
         pending = list(ranks)
-        while True:
+        problem = ""
+
+        def all_ready() -> bool:
+            nonlocal pending, problem
             states, problem = self._status()
             still = []
             for r in pending:
@@ -273,12 +276,19 @@ class SkyPilotLauncher:
                 if r.ready < r.rank.replicas and r.patient:
                     still.append(r)
             pending = still
-            if not pending or self._clock() >= deadline:
-                break
-            self._sleep(min(self.settings.poll_interval_s, max(0.0, deadline - self._clock())))
+            return not pending
+
+        s = self.settings
+        poll_until(
+            all_ready,
+            timeout_s=s.ready_timeout_s,
+            interval_s=s.poll_interval_s,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
         for r in ranks:
             if r.ready < r.rank.replicas:
-                waited = f"after {self.settings.ready_timeout_s:g} s" if r.patient else "(kept)"
+                waited = f"after {s.ready_timeout_s:g} s" if r.patient else "(kept)"
                 note = f" ({problem})" if problem else ""
                 r.problem = f"{r.ready} of {r.rank.replicas} replicas ready {waited}{note}"
 
