@@ -376,6 +376,8 @@ def test_a_stopped_job_is_scaled_to_zero_without_a_result(
     results = launcher.koi_launch(Plan(0.0, [JobAction("chat", ActionKind.STOP)]))
     assert results == []
     assert cluster.workload(workload_name("chat", r.chain))["spec"]["replicas"] == 0  # type: ignore[index]
+    assert launcher.koi_launch(Plan(0.0, [JobAction("chat", ActionKind.DEFER)])) == []
+    assert cluster.workload(workload_name("chat", r.chain)) is None  # deleted a launch later
 
 
 def test_multi_node_chain_becomes_a_leaderworkerset(

@@ -454,6 +454,8 @@ class KubernetesLauncher:
             for lv in by_job.get(job_id, [])
             if lv.replicas > 0 and (problem := self._scale_to_zero(lv, views))
         ]
+        for job_id in retire:
+            self._collect_garbage(job_id, by_job.get(job_id, []), set())
         if failed:  # no result carries these jobs (the plan does not run them here)
             warnings.warn(KoiWarning("; ".join(failed)), stacklevel=3)
         return results
