@@ -23,6 +23,7 @@ __all__ = [
     "poll_until",
     "ranks_on",
     "read_plan",
+    "shortfall",
     "to_mode",
     "to_yaml",
     "write_files",
@@ -72,6 +73,19 @@ def poll_until(
     deadline = clock() + timeout_s
     while not done() and clock() < deadline:
         sleep(min(interval_s, max(0.0, deadline - clock())))
+
+
+def shortfall(ready: int, wanted: int, *, waited_s: float, patient: bool) -> str:
+    """How a rank fell short, worded the same by every launcher ("" when it did not).
+
+    >>> shortfall(1, 3, waited_s=900, patient=True)
+    '1 of 3 replicas ready after 900 s'
+    """
+    if ready >= wanted:
+        return ""
+    return f"{ready} of {wanted} replicas ready " + (
+        f"after {waited_s:g} s" if patient else "(kept)"
+    )
 
 
 def read_plan(data: Any, *, where: str = "plan") -> Plan:

@@ -25,7 +25,7 @@ from koi.integrations.kubernetes._render import (
     render_service,
 )
 from koi.integrations.kubernetes._settings import KubernetesSettings
-from koi.integrations.render import LaunchMode, poll_until, to_yaml, write_files
+from koi.integrations.render import LaunchMode, poll_until, shortfall, to_yaml, write_files
 from koi.plugins import hookimpl
 from koi.types import (
     ActionKind,
@@ -498,9 +498,9 @@ class KubernetesLauncher:
             sleep=self._sleep,
         )
         for r in ranks:
-            if not r.problem and r.ready < r.rank.replicas:
-                waited = f"after {s.ready_timeout_s:g} s" if r.patient else "(kept)"
-                r.problem = f"{r.ready} of {r.rank.replicas} replicas ready {waited}"
+            r.problem = r.problem or shortfall(
+                r.ready, r.rank.replicas, waited_s=s.ready_timeout_s, patient=r.patient
+            )
 
     @staticmethod
     def _summary(w: _JobWork) -> str:

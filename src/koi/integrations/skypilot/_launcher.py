@@ -13,7 +13,7 @@ import attrs
 from koi.catalog import Catalog, load_catalog
 from koi.errors import InvalidInput
 from koi.integrations.engine import dns_label
-from koi.integrations.render import LaunchMode, poll_until, to_yaml, write_files
+from koi.integrations.render import LaunchMode, poll_until, shortfall, to_yaml, write_files
 from koi.integrations.skypilot._render import (
     SkyPilotSettings,
     owned_ranks,
@@ -287,10 +287,11 @@ class SkyPilotLauncher:
             sleep=self._sleep,
         )
         for r in ranks:
-            if r.ready < r.rank.replicas:
-                waited = f"after {s.ready_timeout_s:g} s" if r.patient else "(kept)"
-                note = f" ({problem})" if problem else ""
-                r.problem = f"{r.ready} of {r.rank.replicas} replicas ready {waited}{note}"
+            short = shortfall(
+                r.ready, r.rank.replicas, waited_s=s.ready_timeout_s, patient=r.patient
+            )
+            if short:
+                r.problem = short + (f" ({problem})" if problem else "")
 
 
 def _digest(config: Mapping[str, Any] | None) -> str:
