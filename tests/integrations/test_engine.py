@@ -46,13 +46,42 @@ def test_vllm_and_sglang_flags() -> None:
     assert pairs["--max-num-seqs"] == "32"
     assert pairs["--max-num-batched-tokens"] == "4096"
     sgl = engine_command(
-        chain(engine="sglang", quant="fp8"), EngineSettings(gpu_memory_utilization=0.85)
+        chain(engine="sglang", quant="fp8", gpu_memory_utilization=0.85), EngineSettings()
     )
     assert "--mem-fraction-static" in sgl
     assert sgl[sgl.index("--mem-fraction-static") + 1] == "0.85"
     assert sgl[-2:] == ("--quantization", "fp8")
     int4 = engine_command(chain(engine="sglang", quant="int4"), EngineSettings())
     assert int4[-2:] == ("--torchao-config", "int4wo-128")
+
+
+def test_the_engine_knobs_of_the_config_become_flags() -> None:
+    knobs = {
+        "cuda_graphs": False,
+        "chunked_prefill": False,
+        "max_model_len": 16384,
+        "kv_cache_dtype": "fp8",
+    }
+    vllm = " ".join(engine_command(chain(**knobs), EngineSettings()))
+    for flag in (
+        "--enforce-eager",
+        "--no-enable-chunked-prefill",
+        "--max-model-len 16384",
+        "--kv-cache-dtype fp8",
+    ):
+        assert flag in vllm
+    sgl = " ".join(engine_command(chain(engine="sglang", **knobs), EngineSettings()))
+    for flag in (
+        "--disable-cuda-graph",
+        "--chunked-prefill-size -1",
+        "--context-length 16384",
+        "--kv-cache-dtype fp8_e4m3",
+    ):
+        assert flag in sgl
+    default = " ".join(engine_command(chain(), EngineSettings()))
+    assert "--enable-chunked-prefill" in default
+    assert "--enforce-eager" not in default
+    assert "--max-model-len" not in default
 
 
 def test_checkpoints_and_extra_args() -> None:

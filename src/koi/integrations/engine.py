@@ -25,7 +25,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types import Chain, Quant, to_data
-from koi.types.validators import fraction, identifier, positive_int
+from koi.types.validators import identifier, positive_int
 
 __all__ = [
     "ENGINES",
@@ -75,9 +75,9 @@ class EngineSettings:
     bitsandbytes 4-bit or SGLang's torchao ``int4wo-128``.  Those 4-bit kernels are slower than
     AWQ/GPTQ ones, so map an ``@int4`` checkpoint for production.
 
-    ``gpu_memory_utilization`` is the fraction of each GPU's memory the engine may take
-    (vLLM's ``--gpu-memory-utilization``, SGLang's ``--mem-fraction-static``); koi's surrogate
-    plans KV capacity with the same headroom.  ``extra_args`` are appended to every command.
+    The engine knobs themselves (memory fraction, CUDA graphs, chunked prefill, context length,
+    KV-cache dtype) come from the chain's :class:`~koi.types.Config`, which is what the planner
+    predicted.  ``extra_args`` are appended to every command.
 
     .. versionadded:: 0.1
     """
@@ -92,7 +92,6 @@ class EngineSettings:
         factory=dict, converter=_mapping, validator=_checkpoints, hash=False
     )
     port: int = attrs.field(default=8000, validator=positive_int)
-    gpu_memory_utilization: float = attrs.field(default=0.9, validator=fraction)
     health_path: str = attrs.field(default="/health", validator=identifier)
     #: seconds a replica may take to load its weights before its startup probe gives up
     startup_timeout_s: int = attrs.field(default=1800, validator=positive_int)
@@ -132,7 +131,8 @@ def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
 
     Every knob of the chain's config becomes a flag: tensor and pipeline parallelism, the
     quantization, the batch limit (max sequences), the chunked-prefill budget (max batched
-    tokens) and the memory fraction.
+    tokens) and whether prefill is chunked at all, the memory fraction, eager mode, the
+    context length and the KV-cache dtype.
 
     >>> from koi.types import Config, Environment
     >>> env = Environment("aws", "us-east-1", "on_demand", "g6e.12xlarge", "L40S", 4, 10.49)
@@ -153,7 +153,7 @@ def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
             else ("--torchao-config", "int4wo-128")
         )
     port = str(settings.port)
-    mem = f"{settings.gpu_memory_utilization:g}"
+    mem = f"{c.gpu_memory_utilization:g}"
     if c.engine == "vllm":
         cmd = (
             "vllm", "serve", ckpt,
@@ -164,9 +164,17 @@ def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
             "--max-num-seqs", str(c.max_batch_size),
             "--max-num-batched-tokens", str(c.max_batched_tokens),
             "--gpu-memory-utilization", mem,
+            "--enable-chunked-prefill" if c.chunked_prefill else "--no-enable-chunked-prefill",
             *quant,
         )  # fmt: skip
+        if not c.cuda_graphs:
+            cmd += ("--enforce-eager",)
+        if c.max_model_len is not None:
+            cmd += ("--max-model-len", str(c.max_model_len))
+        if c.kv_cache_dtype != "auto":
+            cmd += ("--kv-cache-dtype", c.kv_cache_dtype)
     else:
+        chunk = c.max_batched_tokens if c.chunked_prefill else -1  # -1 turns chunking off
         cmd = (
             "python3", "-m", "sglang.launch_server",
             "--model-path", ckpt,
@@ -175,10 +183,17 @@ def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
             "--tp-size", str(c.tp),
             "--pp-size", str(c.pp),
             "--max-running-requests", str(c.max_batch_size),
-            "--chunked-prefill-size", str(c.max_batched_tokens),
+            "--chunked-prefill-size", str(chunk),
+            "--max-prefill-tokens", str(c.max_batched_tokens),
             "--mem-fraction-static", mem,
             *quant,
         )  # fmt: skip
+        if not c.cuda_graphs:
+            cmd += ("--disable-cuda-graph",)
+        if c.max_model_len is not None:
+            cmd += ("--context-length", str(c.max_model_len))
+        if c.kv_cache_dtype != "auto":
+            cmd += ("--kv-cache-dtype", "fp8_e4m3")
     return cmd + settings.extra_args
 
 
