@@ -104,7 +104,8 @@ class EngineSettings:
 
 def _check_engine(engine: str) -> None:
     if engine not in ENGINES:
-        msg = f"config.engine: no launcher command for engine {engine!r} (known: {list(ENGINES)})"
+        name = str(getattr(engine, "value", engine))
+        msg = f"config.engine: no launcher command for engine {name!r} (known: {list(ENGINES)})"
         raise InvalidInput(msg)
 
 
