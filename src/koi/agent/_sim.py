@@ -23,7 +23,7 @@ from pathlib import Path
 
 from koi.errors import InvalidInput, StateError
 from koi.plugins import hookimpl
-from koi.sim import World, build_world
+from koi.sim import World, build_world, observations_for
 from koi.types import ClusterSnapshot, LaunchResult, Observation, Plan, Rank
 
 __all__ = ["SimulatedFleet"]
@@ -140,13 +140,7 @@ class SimulatedFleet:
     def koi_collect_telemetry(
         self, ranks: Sequence[tuple[str, Rank]], window: tuple[float, float]
     ) -> Iterable[Observation]:
-        wanted = {(job_id, rank.chain) for job_id, rank in ranks}
-        start, end = window
-        return [
-            o
-            for o in self.observations
-            if (o.job_id, o.chain) in wanted and o.start_s >= start and o.end_s <= end
-        ]
+        return observations_for(self.observations, ranks, window)
 
     @hookimpl
     def koi_launch(self, plan: Plan) -> Iterable[LaunchResult]:

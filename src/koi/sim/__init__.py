@@ -20,7 +20,7 @@ from __future__ import annotations
 from koi.sim._config import LaunchConfig, SamplingConfig, SimConfig, TruthConfig
 from koi.sim._evaluate import Metrics, evaluate, online_admission, time_series
 from koi.sim._fidelity import SurrogateError, surrogate_error
-from koi.sim._plugin import SimFleetHost
+from koi.sim._plugin import SimFleetHost, observations_for
 from koi.sim._policy import DeferAll, FirstFit, Policy, greedy_first_fit, over_provision
 from koi.sim._runner import RunResult, build_world, resolve_pools, run
 from koi.sim._scenario import (
@@ -64,6 +64,7 @@ __all__ = [
     "event_rng",
     "greedy_first_fit",
     "load_scenario",
+    "observations_for",
     "online_admission",
     "over_provision",
     "parse_scenario",

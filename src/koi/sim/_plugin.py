@@ -20,7 +20,7 @@ from koi.sim._trace import JobWindow
 from koi.sim._world import ApplyResult, World
 from koi.types import ClusterSnapshot, LaunchResult, Observation, Plan, Rank
 
-__all__ = ["SimFleetHost"]
+__all__ = ["SimFleetHost", "observations_for"]
 
 
 class SimFleetHost:
@@ -75,15 +75,25 @@ class SimFleetHost:
     def koi_collect_telemetry(
         self, ranks: Sequence[tuple[str, Rank]], window: tuple[float, float]
     ) -> Iterable[Observation]:
-        wanted = {(job_id, rank.chain) for job_id, rank in ranks}
-        start, end = window
-        return [
-            o
-            for o in self.observations
-            if (o.job_id, o.chain) in wanted and o.start_s >= start and o.end_s <= end
-        ]
+        return observations_for(self.observations, ranks, window)
 
     @hookimpl
     def koi_launch(self, plan: Plan) -> Iterable[LaunchResult]:
         self.last_apply = self.world.apply(plan)
         return self.last_apply.launches
+
+
+def observations_for(
+    observations: Iterable[Observation],
+    ranks: Sequence[tuple[str, Rank]],
+    window: tuple[float, float],
+) -> list[Observation]:
+    """The observations of ``ranks`` that lie inside ``window``: what a telemetry hook over
+    the simulated fleet answers."""
+    wanted = {(job_id, rank.chain) for job_id, rank in ranks}
+    start, end = window
+    return [
+        o
+        for o in observations
+        if (o.job_id, o.chain) in wanted and o.start_s >= start and o.end_s <= end
+    ]
