@@ -18,7 +18,7 @@ from koi.agent._metrics import AgentMetrics
 from koi.errors import InvalidInput, KoiError
 from koi.planner import Planner, TickResult
 from koi.plugins import make_plugin_manager
-from koi.types import ActionKind, Ladder
+from koi.types import ActionKind
 
 __all__ = ["Abandoned", "Agent"]
 
@@ -29,19 +29,6 @@ class Abandoned(BaseException):
     A ``BaseException`` (like ``KeyboardInterrupt``), so that no ``except Exception`` inside
     the planner turns it into a plan.  The checkpoint on disk is the last completed tick's.
     """
-
-
-def _ladder_text(ladder: Ladder) -> str:
-    if ladder.is_empty:
-        return "-"
-    parts = []
-    for r in ladder.ranks:
-        c = r.chain.config
-        parts.append(
-            f"{r.replicas}x {r.chain.environment.id} {c.engine} tp{c.tp} pp{c.pp} "
-            f"{c.quant.value} batch{c.max_batch_size}"
-        )
-    return " + ".join(parts)
 
 
 class Agent:
@@ -264,7 +251,7 @@ class Agent:
                 {
                     "job_id": action.job_id,
                     "action": action.kind.value,
-                    "ladder": _ladder_text(action.ladder),
+                    "ladder": action.ladder.summary(),
                     "reason": action.reason,
                     "breach_probability": breach,
                 }

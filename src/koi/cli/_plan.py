@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from koi.errors import InvalidInput
-from koi.types import ClusterSnapshot, Ladder, from_json, to_data
+from koi.types import ClusterSnapshot, from_json, to_data
 
 __all__ = ["register"]
 
@@ -26,19 +26,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--state", type=Path, default=None, help="planner checkpoint to resume")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_run)
-
-
-def _ladder_text(ladder: Ladder) -> str:
-    if ladder.is_empty:
-        return "-"
-    parts = []
-    for r in ladder.ranks:
-        c = r.chain.config
-        parts.append(
-            f"{r.replicas}x {r.chain.environment.id} tp{c.tp} pp{c.pp} {c.quant.value} "
-            f"batch{c.max_batch_size}"
-        )
-    return " + ".join(parts)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -65,19 +52,19 @@ def _run(args: argparse.Namespace) -> int:
                 "job_id": action.job_id,
                 "action": action.kind.value,
                 "ladder": to_data(action.ladder),
-                "ladder_text": _ladder_text(action.ladder),
+                "ladder_text": action.ladder.summary(),
                 "predicted": to_data(chosen.outcomes) if chosen and chosen.outcomes else None,
                 "value": chosen.value if chosen else None,
                 "breach_probability": chosen.breach_probability if chosen else None,
                 "runner_up": None
                 if runner_up is None
                 else {
-                    "ladder_text": _ladder_text(runner_up.ladder),
+                    "ladder_text": runner_up.ladder.summary(),
                     "value": runner_up.value,
                     "lost_by": (chosen.value - runner_up.value) if chosen else None,
                 },
                 "rejected": [
-                    {"ladder_text": _ladder_text(c.ladder), "why": c.rejected} for c in rejected[:5]
+                    {"ladder_text": c.ladder.summary(), "why": c.rejected} for c in rejected[:5]
                 ],
                 "reason": action.reason,
             }

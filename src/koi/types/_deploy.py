@@ -137,6 +137,19 @@ class Ladder:
     def price_usd_per_h(self) -> float:
         return sum(r.price_usd_per_h for r in self.ranks)
 
+    def summary(self) -> str:
+        """One line for people: ``2x pool vllm tp2 pp1 fp8 batch64 + …``, ``-`` when empty."""
+        if self.is_empty:
+            return "-"
+        parts = []
+        for r in self.ranks:
+            c = r.chain.config
+            parts.append(
+                f"{r.replicas}x {r.chain.environment.id} {c.engine} tp{c.tp} pp{c.pp} "
+                f"{c.quant.value} batch{c.max_batch_size}"
+            )
+        return " + ".join(parts)
+
     def gpus_by_pool(self) -> dict[str, int]:
         """GPUs this ladder occupies in each pool (by environment id)."""
         use: Counter[str] = Counter()
