@@ -25,8 +25,8 @@ from koi.baselines import (
     Toolkit,
     correction_key,
     make_policy,
-    observed_rates,
 )
+from koi.candidates import observed_rates
 from koi.catalog import load_catalog
 from koi.sim import build_world
 from koi.surrogate import Surrogate

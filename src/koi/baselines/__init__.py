@@ -17,7 +17,7 @@ knowledge).
 
 from __future__ import annotations
 
-from koi.baselines._common import Toolkit, observed_rates, safe_plan
+from koi.baselines._common import Toolkit, safe_plan
 from koi.baselines._config import BaselineConfig
 from koi.baselines._evolution import Evolutionary
 from koi.baselines._feedback import FeedbackMilp, correction_key
@@ -64,6 +64,5 @@ __all__ = [
     "fcfs_key",
     "koi_config",
     "make_policy",
-    "observed_rates",
     "safe_plan",
 ]

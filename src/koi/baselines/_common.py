@@ -24,6 +24,7 @@ from koi.candidates import (
     ProposerConfig,
     SizedOption,
     fits_shape,
+    observed_rates,
     place,
     risk_price,
     with_observed_rate,
@@ -58,24 +59,12 @@ __all__ = [
     "Toolkit",
     "base_actions",
     "host_order",
-    "observed_rates",
     "safe_plan",
 ]
 
 #: koi's default (``PlannerConfig.drift_tolerance``): an observed rate this far above the
 #: declared one is planned for.
 DRIFT_TOLERANCE = 0.15
-
-
-def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
-    """Requests per second each job's ranks received in the last window."""
-    requests: dict[str, int] = {}
-    span: dict[str, tuple[float, float]] = {}
-    for o in observations:
-        requests[o.job_id] = requests.get(o.job_id, 0) + o.requests
-        lo, hi = span.get(o.job_id, (o.start_s, o.end_s))
-        span[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
-    return {j: n / (span[j][1] - span[j][0]) for j, n in requests.items() if n > 0}
 
 
 def host_order(jobs: Iterable[Job]) -> list[Job]:

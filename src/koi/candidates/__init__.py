@@ -35,7 +35,7 @@ from koi.candidates._placement import (
     risk_price,
 )
 from koi.candidates._screen import Option, Screener, SizedOption, largest_shapes, meets_target
-from koi.candidates._sizing import RATE_STEP, replicas_for, with_observed_rate
+from koi.candidates._sizing import RATE_STEP, observed_rates, replicas_for, with_observed_rate
 
 __all__ = [
     "MISSED_TARGET_RANK",
@@ -63,6 +63,7 @@ __all__ = [
     "meets_target",
     "neighbours",
     "objectives",
+    "observed_rates",
     "place",
     "replicas_for",
     "risk_price",

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import attrs
 
 from koi.candidates._config import ProposerConfig
-from koi.types import Job
+from koi.types import Job, Observation
 
-__all__ = ["RATE_STEP", "replicas_for", "with_observed_rate"]
+__all__ = ["RATE_STEP", "observed_rates", "replicas_for", "with_observed_rate"]
 
 #: Observed rates are rounded up to this geometric grid (5 %), so that a drifting job's
 #: screens and sizings stay cached across ticks.
@@ -45,3 +46,14 @@ def with_observed_rate(job: Job, observed_rps: float | None, *, tolerance: float
         return job
     rate = declared * RATE_STEP ** math.ceil(math.log(observed_rps / declared, RATE_STEP))
     return attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=rate))
+
+
+def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
+    """Requests per second each job's ranks received in the last window."""
+    requests: dict[str, int] = {}
+    span: dict[str, tuple[float, float]] = {}
+    for o in observations:
+        requests[o.job_id] = requests.get(o.job_id, 0) + o.requests
+        lo, hi = span.get(o.job_id, (o.start_s, o.end_s))
+        span[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
+    return {j: n / (span[j][1] - span[j][0]) for j, n in requests.items() if n > 0}

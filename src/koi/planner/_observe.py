@@ -10,7 +10,7 @@ from koi.planner._input import checked_snapshot
 from koi.plugins import PluginHost
 from koi.types import ClusterSnapshot, GpuSpec, ModelSpec, Observation
 
-__all__ = ["checked_observations", "collect_telemetry", "observed_rates", "take_snapshot"]
+__all__ = ["checked_observations", "collect_telemetry", "take_snapshot"]
 
 
 def take_snapshot(
@@ -56,14 +56,3 @@ def collect_telemetry(
     errors.extend(str(e) for e in batch.errors)
     errors.extend(f"telemetry skipped ({s.plugin}): {s.reason}" for s in batch.skipped)
     return [*given, *batch.observations]
-
-
-def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
-    """Requests per second each job's ranks received in the last window."""
-    requests: dict[str, int] = {}
-    span: dict[str, tuple[float, float]] = {}
-    for o in observations:
-        requests[o.job_id] = requests.get(o.job_id, 0) + o.requests
-        lo, hi = span.get(o.job_id, (o.start_s, o.end_s))
-        span[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
-    return {j: n / (span[j][1] - span[j][0]) for j, n in requests.items() if n > 0}

@@ -29,7 +29,7 @@ import pluggy
 
 from koi.beliefs import EdgeKey, Stratum
 from koi.calibration import CalibrationState
-from koi.candidates import CandidateGenerator, with_observed_rate
+from koi.candidates import CandidateGenerator, observed_rates, with_observed_rate
 from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
 from koi.dag import admit_mechanism, default_dag
@@ -48,12 +48,7 @@ from koi.planner._deadline import TickDeadline
 from koi.planner._evaluate import Evaluator, replay_short_lists
 from koi.planner._learn import learn
 from koi.planner._mining import mine_mechanisms
-from koi.planner._observe import (
-    checked_observations,
-    collect_telemetry,
-    observed_rates,
-    take_snapshot,
-)
+from koi.planner._observe import checked_observations, collect_telemetry, take_snapshot
 from koi.planner._propose import (
     Candidates,
     budget_books,
