@@ -1,4 +1,7 @@
-"""The hidden truth: seeded, within its documented ranges, and an exact scaling of the prior."""
+"""The synthetic world's truth (``world = "synthetic"``): seeded, within its documented ranges,
+and an exact scaling of the prior.  Its factors are keyed by koi's own strata by construction;
+that is why the built-in scenarios use the measured world instead (tests/sim/test_measured.py).
+"""
 
 from __future__ import annotations
 
@@ -50,7 +53,9 @@ def test_factors_differ_across_seeds_and_strata(catalog: Catalog) -> None:
     assert len(draws) == 20
     t = TruthModel(0)
     big = catalog.models["Llama-3.1-70B"]
-    assert t.factors(g, m, Config()) != t.factors(g, big, Config())  # model class matters
+    # The synthetic truth is keyed by koi's stratum (GPU x engine x model class): this is the
+    # closed form that one correction per stratum can undo, kept for tests that need it.
+    assert t.factors(g, m, Config()) != t.factors(g, big, Config())
 
 
 def test_pcie_comm_is_several_times_slower_at_high_tp(catalog: Catalog) -> None:
@@ -119,31 +124,43 @@ def test_noise_keeps_the_cache_exact(catalog: Catalog) -> None:
     assert isinstance(true.step(**STEP), StepTime)
 
 
-def test_a_reference_planner_can_rebuild_the_worlds_truth(catalog: Catalog) -> None:
-    """The oracle rebuilds the truth from the world's seed: same steps, same drawn updates."""
-    from koi.sim import TruthModel as PublicTruth
-    from koi.sim import build_world, event_rng
+@pytest.mark.parametrize("kind", ["synthetic", "measured"])
+def test_a_reference_planner_can_rebuild_the_worlds_truth(catalog: Catalog, kind: str) -> None:
+    """The oracle rebuilds the truth from the world: same steps, same drawn updates."""
+    import attrs
+
+    from koi.sim import build_world, event_rng, load_scenario
     from koi.types import Chain
 
-    world = build_world("smoke", seed=3)
-    copy = PublicTruth(world.seed, world.cfg.truth)
+    scenario = attrs.evolve(load_scenario("smoke"), world=kind)
+    world = build_world(scenario, seed=3)
+    copy = world.reference_truth()
+    assert copy.kind == kind
     pool = world.pools()[0]
     chain = Chain("Llama-3.1-8B", pool.environment, Config())
     gpu, model = catalog.gpus[pool.environment.gpu], catalog.models["Llama-3.1-8B"]
-    inner = world._spec(chain, 1.0).step_model.model
-    assert inner.step(**STEP) == copy.step_model(gpu, model, Config()).step(**STEP)
+    spec = world._spec(chain, 1.0)
+    assert spec is not None
+    inner = spec.step_model.model
+    mine = copy.step_model(gpu, model, Config(), environment=pool.environment)
+    assert inner.step(**STEP) == mine.step(**STEP)
     drawn = copy.driver_update("L4", event_rng(world.seed, 0))
-    again = TruthModel(world.seed).driver_update("L4", event_rng(world.seed, 0))
+    again = world.reference_truth().driver_update("L4", event_rng(world.seed, 0))
     assert drawn == again
 
 
-def test_world_engines_schedule_as_documented() -> None:
-    """Only speed is hidden: an SGLang chain runs prefill-first in the world too."""
-    from koi.sim import build_world
+def test_synthetic_world_engines_schedule_as_documented() -> None:
+    """In the synthetic world only speed is hidden: an SGLang chain runs prefill-first."""
+    import attrs
+
+    from koi.sim import build_world, load_scenario
     from koi.types import Chain
 
-    world = build_world("smoke", seed=0)
+    world = build_world(attrs.evolve(load_scenario("smoke"), world="synthetic"), seed=0)
     env = world.pools()[0].environment
     for engine, mixed in (("vllm", True), ("sglang", False)):
-        chain = Chain("Llama-3.1-8B", env, Config(engine=engine))
-        assert world._spec(chain, 1.0).mixed_prefill is mixed
+        chain = Chain("Llama-3.1-8B", env, Config(engine=engine, max_batch_size=96))
+        spec = world._spec(chain, 1.0)
+        assert spec is not None
+        assert spec.mixed_prefill is mixed
+        assert spec.max_batch_size == 96

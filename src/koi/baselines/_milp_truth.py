@@ -1,13 +1,17 @@
 """``milp-truth``: the rolling joint MILP with the simulated fleet's truth as its step model.
 
 A reference, never a competitor, and (with ``koi-truth``) the only planner that touches the
-truth.  It is not a ceiling: it shows what the rolling MILP does with perfect hardware
-knowledge, and planners that learn or hedge can beat it.  Its surrogate's step times come from
-a :class:`~koi.sim.TruthModel` drawn for the same world seed (the hidden efficiency factors are
-a pure function of the seed), its GPU speeds follow the scenario's engine/driver updates as
-they happen (drawn exactly as the world draws them), and it plans with the drifted workloads.
-What it cannot know in advance — which replica will fail to materialize or run slow, when spot
-capacity is preempted — it learns only from the snapshots, like everyone else.
+truth.  It is not a ceiling: it shows what the rolling MILP does with perfect knowledge of step
+times, and planners that learn or hedge can beat it.  Its surrogate's step times come from a
+copy of the world's truth drawn for the same seed (``World.reference_truth``: the hidden
+hardware is a pure function of the seed; a chain is timed on its GPU's multi-GPU instance type
+with the worst interconnect, since the surrogate's profile interface carries no instance type),
+its GPU speeds follow the scenario's engine/driver updates as they happen (drawn exactly as the
+world draws them), and it plans with the drifted workloads.  In the measured world it sees true
+step times but not the engines' hidden memory and scheduler settings (its surrogate keeps koi's
+feasibility and KV arithmetic).  What it cannot know in advance — which replica will fail to
+materialize or run slow, when spot capacity is preempted — it learns only from the snapshots,
+like everyone else.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import attrs
 from koi.baselines._common import Toolkit
 from koi.baselines._milp import RollingMilp
 from koi.selector import SelectorConfig
-from koi.sim import Event, EventKind, Scenario, TruthModel, event_rng
+from koi.sim import Event, EventKind, MeasuredTruth, Scenario, TruthModel, event_rng
 from koi.surrogate import Surrogate
 from koi.surrogate.replay import StepTimeModel
 from koi.types import (
@@ -40,7 +44,7 @@ __all__ = ["MilpTruth", "TruthProfiles"]
 class TruthProfiles:
     """A :class:`~koi.surrogate.ProfileSource` that measures every chain with the truth."""
 
-    truth: TruthModel
+    truth: TruthModel | MeasuredTruth
     name: str = "truth"
 
     def covers(self, gpu: GpuSpec, model: ModelSpec) -> bool:
@@ -65,7 +69,7 @@ class MilpTruth(RollingMilp):
         models: Mapping[str, ModelSpec],
         scenario: Scenario,
         world_seed: int,
-        truth: TruthModel,
+        truth: TruthModel | MeasuredTruth,
         max_candidates: int = 12,
         selector: SelectorConfig | None = None,
     ) -> None:

@@ -17,9 +17,10 @@ rebuilds the truth of a world from its seed); a competing policy must never use 
 
 from __future__ import annotations
 
-from koi.sim._config import LaunchConfig, SamplingConfig, SimConfig, TruthConfig
+from koi.sim._config import HardwareConfig, LaunchConfig, SamplingConfig, SimConfig, TruthConfig
 from koi.sim._evaluate import Metrics, evaluate, online_admission, time_series
-from koi.sim._fidelity import SurrogateError, surrogate_error
+from koi.sim._fidelity import StratumFit, SurrogateError, stratum_fit, surrogate_error
+from koi.sim._measured import MeasuredTruth
 from koi.sim._plugin import SimFleetHost, observations_for
 from koi.sim._policy import DeferAll, FirstFit, Policy, greedy_first_fit, over_provision
 from koi.sim._runner import RunResult, build_world, resolve_pools, run
@@ -43,8 +44,10 @@ __all__ = [
     "Event",
     "EventKind",
     "FirstFit",
+    "HardwareConfig",
     "JobWindow",
     "LaunchConfig",
+    "MeasuredTruth",
     "Metrics",
     "Policy",
     "PoolSpec",
@@ -53,6 +56,7 @@ __all__ = [
     "Scenario",
     "SimConfig",
     "SimFleetHost",
+    "StratumFit",
     "SurrogateError",
     "TickRecord",
     "Trace",
@@ -71,6 +75,7 @@ __all__ = [
     "resolve_pools",
     "run",
     "scenario_names",
+    "stratum_fit",
     "surrogate_error",
     "time_series",
 ]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from koi.surrogate.replay import StepTimeModel
-from koi.types import Config, GpuSpec, Job, ModelSpec, Pool, Quant, WorkloadProfile
+from koi.types import Chain, Config, GpuSpec, Job, ModelSpec, Pool, Quant, WorkloadProfile
 
 __all__ = ["reference_cost_per_token", "replica_capacity"]
 
@@ -47,7 +47,7 @@ def reference_cost_per_token(
     pools: Iterable[Pool],
     gpus: Mapping[str, GpuSpec],
     models: Mapping[str, ModelSpec],
-    step_model: object,
+    capacity: Callable[[Chain, WorkloadProfile], float],
     *,
     duration_s: float,
 ) -> float:
@@ -57,15 +57,14 @@ def reference_cost_per_token(
     weights that passes feasibility is priced at saturation (:func:`replica_capacity` under the
     truth); the job's cheapest USD per token is weighted by the output tokens it offers over the
     run (online: rate × time after arrival × mean output; batch: requests × mean output).
-    ``step_model(gpu, model, config)`` returns the truth's step-time model.
+    ``capacity(chain, workload)`` is the truth's saturated output tokens/s of one replica.
     """
     from koi.surrogate import feasibility
 
-    make = step_model
-    assert callable(make)
     pools = tuple(pools)
     total_tok = total_usd = 0.0
-    cache: dict[tuple[str, str, Config], float] = {}
+    cache: dict[tuple[str, str, str, str, Config], float] = {}
+    feasible: dict[tuple[str, str, int, bool, Config], bool] = {}
     for job in jobs:
         model = models.get(job.model)
         if model is None:
@@ -83,15 +82,17 @@ def reference_cost_per_token(
             for tp in (1, 2, 4, 8):
                 for quant in (Quant.BF16, Quant.FP8):
                     config = Config(tp=tp, quant=quant)
-                    fe = feasibility(gpu, model, config, pool.environment)
-                    if not fe.ok:
+                    env = pool.environment
+                    fkey = (model.name, gpu.name, env.gpus_per_instance, env.multi_node, config)
+                    ok = feasible.get(fkey)
+                    if ok is None:
+                        ok = feasible[fkey] = feasibility(gpu, model, config, env).ok
+                    if not ok:
                         continue
-                    key = (job.id, gpu.name, config)
+                    key = (job.id, gpu.name, env.cloud, env.instance_type, config)
                     tok_s = cache.get(key)
                     if tok_s is None:
-                        step = make(gpu, model, config)
-                        _, tok_s = replica_capacity(step, fe.kv_capacity_tokens, config, w)
-                        cache[key] = tok_s
+                        tok_s = cache[key] = capacity(Chain(job.model, env, config), w)
                     if tok_s > 0:
                         usd_s = config.gpus * pool.environment.price_usd_per_gpu_h / 3600.0
                         best = min(best, usd_s / tok_s)

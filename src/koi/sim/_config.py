@@ -11,7 +11,7 @@ import attrs
 from koi.errors import InvalidInput
 from koi.types.validators import fraction, non_negative, positive, positive_int
 
-__all__ = ["LaunchConfig", "SamplingConfig", "SimConfig", "TruthConfig"]
+__all__ = ["HardwareConfig", "LaunchConfig", "SamplingConfig", "SimConfig", "TruthConfig"]
 
 
 def _range(_inst: object, attribute: attrs.Attribute[tuple[float, float]], value: object) -> None:
@@ -26,7 +26,8 @@ def _range(_inst: object, attribute: attrs.Attribute[tuple[float, float]], value
 
 @attrs.frozen
 class TruthConfig:
-    """How the hidden truth differs from the surrogate's prior.
+    """How the synthetic world's truth differs from the surrogate's prior (``world =
+    "synthetic"``); ``driver_update_error`` also applies to the measured world.
 
     Each factor multiplies one :class:`~koi.surrogate.replay.StepTime` component.  A relative
     error ``m`` is drawn uniformly from a ``*_error`` range; with probability ``slow_bias`` the
@@ -45,6 +46,78 @@ class TruthConfig:
     slow_bias: float = attrs.field(default=0.7, validator=fraction)
     step_noise_cv: float = attrs.field(default=0.05, validator=non_negative)
     driver_update_error: tuple[float, float] = attrs.field(default=(0.10, 0.30), validator=_range)
+
+
+def _prob(_inst: object, attribute: attrs.Attribute[float], value: object) -> None:
+    fraction(_inst, attribute, value)
+
+
+@attrs.frozen
+class HardwareConfig:
+    """Ranges of the measured world's hidden structural differences (docs/evaluation.md).
+
+    Every quantity is drawn per seed (and per the key named below) uniformly from its range,
+    and never shown to a planner.
+
+    Memory and KV capacity, per GPU type: ``vram_reserve`` of the catalog VRAM is never
+    usable (driver, ECC, CUDA context, fragmentation); per engine: the memory utilisation the
+    deployment really runs with (``mem_util``; planners assume 0.9) and the CUDA-graph memory
+    pool (``graph_pool_gib``).  A replica whose KV cache would hold fewer than
+    ``min_kv_tokens`` tokens fails to start (out of memory at engine start-up) and never
+    materializes.
+
+    Scheduler, per engine: the share of the planned ``max_batch_size`` the deployment really
+    admits (``seqs_scale``: one of the listed values with the listed probabilities) and the
+    factor on ``max_batched_tokens`` (``tokens_scale``); SGLang runs with mixed chunked
+    prefill with probability ``sglang_mixed_prob``.  Per (engine, model): eager mode (no CUDA
+    graphs) with probability ``eager_prob``; otherwise decode batches are padded up to the
+    next CUDA-graph capture size (1, 2, 4, then multiples of 8 up to ``capture_max``, one of
+    the listed values) and larger batches run piecewise.  Per-iteration CPU overhead per
+    engine: ``base_ms`` (times 1 for vLLM, 0.8 for SGLang, 0.5 for TensorRT-LLM) plus
+    ``per_seq_us`` per running sequence; eager kernels cost ``launch_us`` each.
+
+    Interconnect, per PCIe instance type with more than one GPU: no peer-to-peer with
+    probability ``no_p2p_prob`` (collectives staged through host memory at ``host_gb_s``,
+    ``host_hop_us`` per step, engines fall back from custom all-reduce to NCCL).
+
+    Efficiency: per model (not model class) a log-normal factor of sigma ``model_sigma``; per
+    GPU type a sustained-clock factor of sigma ``clock_sigma``; per (GPU, engine) a TP
+    penalty ``tp_penalty`` per doubling of TP; per (GPU, engine, model) a batch slope ``batch_slope`` (d ln time /
+    d log2 batch of decode steps around 16 sequences: sampling and scheduling work that the
+    kernels alone do not show) and a factor ``context_scale`` on the context-proportional
+    part of attention; per seed the share of pipeline stages that do not overlap
+    (``pp_loss``).
+
+    Overload collapse: each preempted sequence stalls its replica ``preempt_ms`` plus its KV
+    tokens at ``preempt_gb_s`` (block-table churn and re-admission), on top of the recompute.
+    """
+
+    vram_reserve: tuple[float, float] = attrs.field(default=(0.03, 0.08), validator=_range)
+    mem_util: tuple[float, float] = attrs.field(default=(0.84, 0.92), validator=_range)
+    graph_pool_gib: tuple[float, float] = attrs.field(default=(0.3, 1.5), validator=_range)
+    min_kv_tokens: int = attrs.field(default=512, validator=positive_int)
+    seqs_scale: tuple[float, ...] = (0.5, 0.75, 1.0)
+    seqs_scale_p: tuple[float, ...] = (0.25, 0.25, 0.5)
+    tokens_scale: tuple[float, ...] = (0.5, 1.0, 2.0)
+    tokens_scale_p: tuple[float, ...] = (0.3, 0.5, 0.2)
+    sglang_mixed_prob: float = attrs.field(default=0.3, validator=_prob)
+    eager_prob: float = attrs.field(default=0.15, validator=_prob)
+    capture_max: tuple[int, ...] = (256, 512)
+    base_ms: tuple[float, float] = attrs.field(default=(0.5, 2.0), validator=_range)
+    per_seq_us: tuple[float, float] = attrs.field(default=(2.0, 12.0), validator=_range)
+    launch_us: tuple[float, float] = attrs.field(default=(3.0, 6.0), validator=_range)
+    no_p2p_prob: float = attrs.field(default=0.5, validator=_prob)
+    host_gb_s: tuple[float, float] = attrs.field(default=(4.0, 10.0), validator=_range)
+    host_hop_us: tuple[float, float] = attrs.field(default=(15.0, 40.0), validator=_range)
+    model_sigma: float = attrs.field(default=0.2, validator=non_negative)
+    clock_sigma: float = attrs.field(default=0.04, validator=non_negative)
+    tp_penalty: tuple[float, float] = attrs.field(default=(0.0, 0.15), validator=_range)
+    batch_slope: tuple[float, float] = attrs.field(default=(0.0, 0.08), validator=_range)
+    context_scale: tuple[float, float] = attrs.field(default=(0.8, 1.4), validator=_range)
+    pp_loss: tuple[float, float] = attrs.field(default=(0.2, 0.6), validator=_range)
+    preempt_ms: tuple[float, float] = attrs.field(default=(0.5, 3.0), validator=_range)
+    preempt_gb_s: tuple[float, float] = attrs.field(default=(8.0, 25.0), validator=_range)
+    step_noise_cv: float = attrs.field(default=0.05, validator=non_negative)
 
 
 @attrs.frozen
@@ -98,6 +171,7 @@ class SimConfig:
     """
 
     truth: TruthConfig = attrs.field(factory=TruthConfig)
+    hardware: HardwareConfig = attrs.field(factory=HardwareConfig)
     launch: LaunchConfig = attrs.field(factory=LaunchConfig)
     sampling: SamplingConfig = attrs.field(factory=SamplingConfig)
     preemption_notice_prob: float = attrs.field(default=0.5, validator=fraction)

@@ -185,6 +185,15 @@ class Event:
 MIN_TICK_S = 1.0
 
 
+#: Kinds of hidden truth a scenario may ask for (docs/evaluation.md, "The truth model").
+WORLDS = ("measured", "synthetic")
+
+
+def _world_kind(_inst: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if value not in WORLDS:
+        raise InvalidInput(f"{attribute.name}: must be one of {', '.join(WORLDS)}, got {value!r}")
+
+
 @attrs.frozen
 class Scenario:
     """A simulated run: duration, planning tick, fleet, jobs and scheduled events."""
@@ -197,6 +206,7 @@ class Scenario:
     events: tuple[Event, ...] = attrs.field(default=(), converter=to_tuple)
     description: str = ""
     seed_salt: int = attrs.field(default=0, validator=non_negative_int)
+    world: str = attrs.field(default="measured", validator=_world_kind)
 
     def __attrs_post_init__(self) -> None:
         _unique("pools", [p.id for p in self.pools])
@@ -252,7 +262,15 @@ def _unique(what: str, ids: list[str]) -> None:
 
 # --- TOML parsing ------------------------------------------------------------------------------
 
-_SCENARIO_KEYS = {"name", "description", "duration_h", "duration_min", "tick_s", "seed_salt"}
+_SCENARIO_KEYS = {
+    "name",
+    "description",
+    "duration_h",
+    "duration_min",
+    "tick_s",
+    "seed_salt",
+    "world",
+}
 _POOL_KEYS = {f.name for f in attrs.fields(PoolSpec)}
 _EVENT_KEYS = ({f.name for f in attrs.fields(Event)} - {"at_s"}) | {"at_min"}
 _JOB_KEYS = {
@@ -460,6 +478,7 @@ def parse_scenario(text: str, *, source: str = "<string>") -> Scenario:
             events=events,
             description=head.get("description", ""),
             seed_salt=head.get("seed_salt", 0),
+            world=head.get("world", "measured"),
         ),
     )
 

@@ -1,6 +1,8 @@
-"""The hidden truth: how real hardware differs from the surrogate's roofline prior.
+"""The synthetic world's truth (``world = "synthetic"``): the surrogate's prior times factors.
 
-Per (GPU, engine, model class) the truth draws one multiplicative factor per step-time
+This is the old, closed-form construction, kept for tests that need the truth in closed form;
+the built-in scenarios use the measured world (:mod:`koi.sim._measured`).  Per (GPU, engine,
+model class) the truth draws one multiplicative factor per step-time
 component from the documented ranges of :class:`~koi.sim.TruthConfig`; collective communication
 on PCIe at high tensor parallelism is several times slower than the ring model says.  The true
 step time of a replica is the surrogate operator model's step, scaled by those factors, by the
@@ -19,9 +21,10 @@ import numpy as np
 
 from koi.sim._config import TruthConfig
 from koi.surrogate.replay import StepTime, StepTimeModel
-from koi.types import Config, GpuSpec, LinkKind, ModelSpec
+from koi.types import Config, Environment, GpuSpec, LinkKind, ModelSpec
 
 __all__ = [
+    "ReplicaLimits",
     "SpeedBoard",
     "TrueStepModel",
     "TruthFactors",
@@ -43,6 +46,19 @@ def event_rng(seed: int, index: int) -> np.random.Generator:
     planner (the oracle) that replays the scenario's events draws the same speeds.
     """
     return np.random.default_rng([seed, stable_seed("event", index)])
+
+
+@attrs.frozen
+class ReplicaLimits:
+    """What one replica's engine really runs with: KV capacity, scheduler limits and the stall
+    each preempted sequence costs (see :class:`~koi.surrogate.replay.ReplicaSpec`)."""
+
+    kv_capacity_tokens: int
+    max_batch_size: int
+    max_batched_tokens: int
+    mixed_prefill: bool
+    preempt_stall_s: float = 0.0
+    preempt_stall_s_per_token: float = 0.0
 
 
 @attrs.frozen
@@ -181,6 +197,8 @@ class TruthModel:
     the same seed see the same hardware whatever the policy does.
     """
 
+    kind = "synthetic"
+
     def __init__(
         self,
         seed: int,
@@ -224,12 +242,17 @@ class TruthModel:
         config: Config,
         *,
         slow: float = 1.0,
+        environment: Environment | None = None,
     ) -> TrueStepModel:
         """The true step-time model of one replica (``slow`` > 1 for a degraded replica).
+
+        ``environment`` is accepted for the common truth interface and ignored: the synthetic
+        truth keys the interconnect by the GPU's catalog link only.
 
         A pure function of the seed, the chain and ``slow`` (its noise table included), so a
         reference planner holding a :class:`TruthModel` of the same seed sees the same steps.
         """
+        del environment
         cv = self._cfg.step_noise_cv
         noise = None
         if cv > 0:
@@ -249,6 +272,20 @@ class TruthModel:
             engine=config.engine,
             slow=slow,
             noise=noise,
+        )
+
+    def limits(
+        self, gpu: GpuSpec, model: ModelSpec, config: Config, environment: Environment | None
+    ) -> ReplicaLimits | None:
+        """Memory and scheduling exactly as the surrogate assumes them (only speed is hidden)."""
+        from koi.surrogate import SurrogateConfig, feasibility
+
+        fe = feasibility(gpu, model, config, environment)
+        return ReplicaLimits(
+            kv_capacity_tokens=max(fe.kv_capacity_tokens, 1),
+            max_batch_size=config.max_batch_size,
+            max_batched_tokens=config.max_batched_tokens,
+            mixed_prefill=SurrogateConfig().engine_profile(config.engine).mixed_prefill,
         )
 
     def driver_update(

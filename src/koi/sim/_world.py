@@ -26,8 +26,9 @@ from koi.sim._scenario import Event, EventKind, Scenario
 from koi.sim._serve import Serving
 from koi.sim._state import JobState
 from koi.sim._trace import BatchRecord
-from koi.sim._truth import PriorFactory, TruthModel, event_rng, stable_seed
-from koi.surrogate import Feasibility, SurrogateConfig, feasibility
+from koi.sim._measured import MeasuredTruth
+from koi.sim._truth import PriorFactory, ReplicaLimits, TruthModel, event_rng, stable_seed
+from koi.surrogate import Feasibility, feasibility
 from koi.surrogate.replay import (
     CachedStepModel,
     ReplicaSpec,
@@ -37,6 +38,7 @@ from koi.types import (
     ActiveDeployment,
     Chain,
     ClusterSnapshot,
+    Config,
     GpuSpec,
     Job,
     Ladder,
@@ -47,6 +49,7 @@ from koi.types import (
     Plan,
     Pool,
     Rank,
+    WorkloadProfile,
 )
 
 __all__ = ["ApplyResult", "World"]
@@ -105,9 +108,11 @@ class World(Serving):
         for p in pools:
             if p.environment.gpu not in self.gpus:
                 raise InvalidInput(f"pools: pool {p.id!r} uses unknown GPU {p.environment.gpu!r}")
-        self._truth = TruthModel(seed, self.cfg.truth, prior=prior)
-        # Engines schedule iterations the way they are documented to; only speed is hidden.
-        self._engines = SurrogateConfig()
+        self._truth: TruthModel | MeasuredTruth
+        if scenario.world == "synthetic" or prior is not None:
+            self._truth = TruthModel(seed, self.cfg.truth, prior=prior)
+        else:
+            self._truth = MeasuredTruth(seed, self.cfg.hardware, self.cfg.truth, pools=pools)
         self._pools = {p.id: p for p in pools}
         self._capacity = {p.id: p.capacity_instances for p in pools}
         self._recoveries: list[tuple[float, str, int]] = []
@@ -122,7 +127,7 @@ class World(Serving):
         }
         self._events = sorted(scenario.events, key=lambda e: e.at_s)
         self._next_event = 0
-        self._specs: dict[tuple[str, str, object, float, int], ReplicaSpec] = {}
+        self._specs: dict[tuple[object, ...], ReplicaSpec | None] = {}
         self._generation: Counter[str] = Counter()
         self._feas: dict[tuple[str, str, object], Feasibility] = {}
         self._hazard: Counter[str] = Counter()
@@ -134,15 +139,45 @@ class World(Serving):
             pools,
             self.gpus,
             self.models,
-            self._truth_prior_step,
+            self._true_capacity,
             duration_s=scenario.duration_s,
         )
 
+    def reference_truth(self) -> TruthModel | MeasuredTruth:
+        """A fresh copy of this world's hidden truth (same seed, same kind, same pools), for
+        reference planners only (the oracles); its driver updates start from scratch."""
+        if isinstance(self._truth, MeasuredTruth):
+            return MeasuredTruth(
+                self.seed, self.cfg.hardware, self.cfg.truth, pools=tuple(self._pools.values())
+            )
+        return TruthModel(self.seed, self.cfg.truth)
+
     # -- truth plumbing ---------------------------------------------------------------------
 
-    def _truth_prior_step(self, gpu: GpuSpec, model: ModelSpec, config: object) -> object:
-        assert hasattr(config, "engine")
-        return self._truth.step_model(gpu, model, config)  # type: ignore[arg-type]
+    def _true_capacity(self, chain: Chain, workload: WorkloadProfile) -> float:
+        """Saturated output tokens/s of one replica of ``chain`` under the truth (0 if it
+        cannot start)."""
+        limits = self._limits(chain)
+        if limits is None:
+            return 0.0
+        gpu, model = self.gpus[chain.environment.gpu], self.models[chain.model]
+        step = self._truth.step_model(gpu, model, chain.config, environment=chain.environment)
+        config = attrs.evolve(
+            chain.config,
+            max_batch_size=limits.max_batch_size,
+            max_batched_tokens=limits.max_batched_tokens,
+        )
+        _, tok_s = replica_capacity(step, limits.kv_capacity_tokens, config, workload)
+        return tok_s
+
+    @staticmethod
+    def _true_config(chain: Chain, spec: ReplicaSpec) -> Config:
+        """The chain's config with the scheduler limits its engine really runs with."""
+        return attrs.evolve(
+            chain.config,
+            max_batch_size=spec.max_batch_size,
+            max_batched_tokens=spec.max_batched_tokens,
+        )
 
     def _feasibility(self, chain: Chain) -> Feasibility:
         key = (chain.model, chain.environment.id, chain.config)
@@ -153,25 +188,49 @@ class World(Serving):
             fe = self._feas[key] = feasibility(gpu, model, chain.config, chain.environment)
         return fe
 
-    def _spec(self, chain: Chain, slow: float) -> ReplicaSpec:
-        """The replica spec of ``chain`` under the truth; shared so replicas share a cache."""
-        gpu_name = chain.environment.gpu
-        key = (chain.model, gpu_name, chain.config, slow, self._generation[gpu_name])
-        spec = self._specs.get(key)
-        if spec is None:
+    def _limits(self, chain: Chain) -> ReplicaLimits | None:
+        gpu, model = self.gpus[chain.environment.gpu], self.models[chain.model]
+        return self._truth.limits(gpu, model, chain.config, chain.environment)
+
+    def _spec(self, chain: Chain, slow: float) -> ReplicaSpec | None:
+        """The replica spec of ``chain`` under the truth (``None``: its engine cannot start);
+        shared so replicas share a step cache."""
+        env = chain.environment
+        gpu_name = env.gpu
+        key = (
+            chain.model,
+            gpu_name,
+            env.cloud,
+            env.instance_type,
+            chain.config,
+            slow,
+            self._generation[gpu_name],
+        )
+        if key in self._specs:
+            return self._specs[key]
+        limits = self._limits(chain)
+        spec = None
+        if limits is not None:
             gpu, model = self.gpus[gpu_name], self.models[chain.model]
-            step = self._truth.step_model(gpu, model, chain.config, slow=slow)
-            fe = self._feasibility(chain)
-            c = chain.config
-            spec = self._specs[key] = ReplicaSpec(
+            step = self._truth.step_model(gpu, model, chain.config, slow=slow, environment=env)
+            spec = ReplicaSpec(
                 step_model=CachedStepModel(
                     step, resolution=self.cfg.sampling.step_cache_resolution
                 ),
-                kv_capacity_tokens=max(fe.kv_capacity_tokens, 1),
-                max_batch_size=c.max_batch_size,
-                max_batched_tokens=c.max_batched_tokens,
-                mixed_prefill=self._engines.engine_profile(c.engine).mixed_prefill,
+                kv_capacity_tokens=max(limits.kv_capacity_tokens, 1),
+                max_batch_size=limits.max_batch_size,
+                max_batched_tokens=limits.max_batched_tokens,
+                mixed_prefill=limits.mixed_prefill,
+                preempt_stall_s=limits.preempt_stall_s,
+                preempt_stall_s_per_token=limits.preempt_stall_s_per_token,
             )
+        self._specs[key] = spec
+        return spec
+
+    def _started_spec(self, chain: Chain, slow: float) -> ReplicaSpec:
+        """The spec of a replica that materialized (so its engine could start)."""
+        spec = self._spec(chain, slow)
+        assert spec is not None, "a replica that cannot start never materializes"
         return spec
 
     # -- what a planner sees ----------------------------------------------------------------
@@ -342,8 +401,9 @@ class World(Serving):
         sigma = math.sqrt(math.log1p(lc.jitter_cv**2))
         delay = load * float(rng.lognormal(-0.5 * sigma * sigma, sigma)) if sigma else load
         out = []
+        starts = self._spec(chain, 1.0) is not None  # out of memory at engine start-up
         for _ in range(n):
-            if rng.uniform() < lc.fail_prob:
+            if rng.uniform() < lc.fail_prob or not starts:
                 continue  # never materializes
             slow = float(rng.uniform(*lc.slow_factor)) if rng.uniform() < lc.slow_prob else 1.0
             out.append(Replica(ready_s=self.now + delay, slow=round(slow, 2)))
@@ -354,21 +414,25 @@ class World(Serving):
         model = self.models[chain.model]
         fe = self._feasibility(chain)
         spec = self._spec(chain, 1.0)
-        req_s, _ = replica_capacity(
-            spec.step_model, spec.kv_capacity_tokens, chain.config, s.actual
-        )
+        req_s, kv = 0.0, 1
+        if spec is not None:
+            kv = spec.kv_capacity_tokens
+            req_s, _ = replica_capacity(
+                spec.step_model, kv, self._true_config(chain, spec), s.actual
+            )
         dep = Deployment(
             chain=chain,
             gpu=gpu,
             model=model,
             feas=fe,
-            spec_for=functools.partial(self._spec, chain),
+            spec_for=functools.partial(self._started_spec, chain),
             replicas=replicas,
             capacity_req_s=req_s,
         )
         if not s.job.is_online:
             ctx = s.actual.input_len.mean + s.actual.output_len.mean
-            slots = min(chain.config.max_batch_size, fe.kv_capacity_tokens / max(ctx, 1.0))
+            seqs = chain.config.max_batch_size if spec is None else spec.max_batch_size
+            slots = min(seqs, kv / max(ctx, 1.0))
             dep.concurrency_per_replica = max(1, math.ceil(self.cfg.sampling.batch_backlog * slots))
             dep.feed = self._batch_source(s)
         return dep

@@ -22,7 +22,7 @@ import attrs
 from koi.errors import InvalidInput
 from koi.surrogate.replay._cache import CachedStepModel, StepTuple, UncachedStepModel
 from koi.surrogate.replay._step import StepTimeModel
-from koi.types.validators import positive_int
+from koi.types.validators import non_negative, positive_int
 
 if TYPE_CHECKING:
     from koi.surrogate.replay._engine import ReplayEngine
@@ -44,6 +44,12 @@ class ReplicaSpec:
     never runs more sequences than it has tokens per iteration, so the effective batch cap is
     ``min(max_batch_size, max_batched_tokens)``.
 
+    ``preempt_stall_s`` (plus ``preempt_stall_s_per_token`` times the evicted sequence's
+    context) is dead time the iteration after a preemption pays on top of the recompute:
+    block-table churn and re-admission in a real engine.  Zero (the surrogate's default)
+    leaves preemption as recompute only; the simulated fleet sets it to model overload
+    collapse.
+
     ``mixed_prefill`` is the scheduling policy.  True (vLLM, TensorRT-LLM): decode tokens go
     first and chunked prefill slices fill the rest of the iteration.  False (SGLang's default,
     no mixed chunks): prefill first — while any prompt is waiting or half-done, an iteration
@@ -62,6 +68,8 @@ class ReplicaSpec:
     max_batched_tokens: int = attrs.field(validator=positive_int)
     mixed_prefill: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
     chunk_admission: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    preempt_stall_s: float = attrs.field(default=0.0, validator=non_negative)
+    preempt_stall_s_per_token: float = attrs.field(default=0.0, validator=non_negative)
 
 
 class _Seq:
@@ -154,6 +162,7 @@ class _Replica:
         "running",
         "s_dec",
         "spec",
+        "stall",
         "used_pre",
         "waiting",
     )
@@ -180,6 +189,7 @@ class _Replica:
         self.p_k = self.p_kacc = self.p_n = self.p_run = 0
         self.p_pref = False
         self.p_st: StepTuple = (1.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        self.stall = 0.0  # preemption dead time owed by the next block
 
     # -- planning -------------------------------------------------------------------------
 
@@ -202,6 +212,8 @@ class _Replica:
             seq.done = 0
             seq.chunk = 0
             self.waiting.appendleft(seq)
+            spec = self.spec
+            self.stall += spec.preempt_stall_s + spec.preempt_stall_s_per_token * seq.target
             eng.on_preempt(t)
 
     def _claim(self, seq: _Seq, budget: int) -> int:
@@ -265,6 +277,9 @@ class _Replica:
             if admitted:
                 eng.on_queue(t, -admitted)
             st = self.m.mixed(pt, pairs, dec, self.s_dec + n * it if dec else 0)
+            if self.stall > 0.0:
+                st = (st[0] + self.stall, *st[1:])
+                self.stall = 0.0
             self.p_k = 1 if dec else 0  # decode iterations this block advances
             self.p_dt = st[0]
             self.p_e = t + st[0]
@@ -280,6 +295,10 @@ class _Replica:
             if kkv < k:
                 k = kkv
             st = self.m.decode(n, self.s_dec + n * (it + (k - 1) * 0.5))
+            if self.stall > 0.0:  # a preemption stalls one iteration
+                k = 1
+                st = (st[0] + self.stall, *st[1:])
+                self.stall = 0.0
             self.p_k = k
             self.p_dt = st[0]
             self.p_e = t + k * st[0]
