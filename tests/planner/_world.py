@@ -1,7 +1,10 @@
-"""A tiny synthetic world for planner tests: the truth is the surrogate with distorted steps.
+"""Worlds for planner tests.
 
-Observations are what the surrogate predicts under a hidden ``RankCorrection`` (e.g. decode
-steps 1.6x slower than the prior), so tests know exactly what the planner should learn.
+``World`` applies plans instantly and reports what the surrogate predicts under a hidden
+``RankCorrection``: a closed-form truth in koi's own correction form, used only for the
+mechanics of the tick (exploration, swap budget, checkpoints, drift, errors).  Learning is
+shown against the simulated fleet instead (``sim_world`` and ``drive``): its truth is the
+measured world of ``koi.sim``, which no koi correction reproduces exactly.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from koi.catalog import load_catalog
+from koi.sim import World as SimWorld
 from koi.surrogate import RankCorrection, Surrogate
 from koi.types import (
     ActiveDeployment,
@@ -104,3 +108,69 @@ class World:
                 )
         self.time_s = end
         return out
+
+
+# --- learning against the simulated fleet's truth ----------------------------------------------
+
+_SIM_SCENARIO = """
+[scenario]
+name = "learn"
+duration_h = 2
+tick_s = 300
+
+[[pools]]
+cloud = "aws"
+region = "us-east-1"
+market = "on_demand"
+instance_type = "g6e.xlarge"
+instances = {instances}
+
+[[jobs]]
+id = "chat"
+model = "Llama-3.1-8B"
+class = "online"
+input = {{ mean = 1024, cv = 0.3, max = 4096 }}
+output = {{ mean = 200, cv = 0.3, max = 1024 }}
+arrival = "poisson"
+rate_rps = {rate}
+p99_ttft_ms = 1500
+p99_tpot_ms = {tpot}
+{events}
+"""
+
+
+@attrs.define
+class Sim:
+    """A one-pool, one-job measured world (``koi.sim``) and its tick counter.  Its truth is
+    the simulated hardware, not the surrogate with a correction, so what a planner learns
+    here is learned from it."""
+
+    world: SimWorld
+    k: int = 0
+    divergences: list[str] = attrs.field(factory=list)  # CUSUM flags of every tick
+
+    def run(self, planner: object, ticks: int, obs: Sequence[Observation] = ()) -> list[Observation]:
+        """``ticks`` planning ticks of ``planner`` (a ``koi.planner.Planner``)."""
+        observations = list(obs)
+        w = self.world
+        sc = w.scenario
+        for _ in range(ticks):
+            t = self.k * sc.tick_s
+            w.begin_tick(self.k, t)
+            result = planner.tick(w.snapshot(), observations)  # type: ignore[attr-defined]
+            assert not result.fallback, result.errors
+            self.divergences.extend(result.learning.divergences)
+            w.apply(result.plan)
+            w.preempt_unannounced()
+            observations, _ = w.serve(min(t + sc.tick_s, sc.duration_s))
+            self.k += 1
+        return observations
+
+
+def sim_world(
+    *, seed: int = 0, rate: float = 6.0, instances: int = 8, tpot: float = 150, events: str = ""
+) -> Sim:
+    from koi.sim import build_world, parse_scenario
+
+    text = _SIM_SCENARIO.format(instances=instances, rate=rate, tpot=tpot, events=events)
+    return Sim(build_world(parse_scenario(text, source="learn.toml"), seed=seed))

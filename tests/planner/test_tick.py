@@ -30,7 +30,7 @@ from koi.types import (
     ServingTarget,
 )
 
-from ._world import CATALOG, World, chat_job, pools
+from ._world import CATALOG, Sim, World, chat_job, pools, sim_world
 
 
 def _tpot_error(planner: Planner, world: World, job: Job) -> float:
@@ -62,38 +62,55 @@ def _one_gpu_world(truth: RankCorrection = SLOW) -> World:
     return World([chat_job()], pools(gpus=("L40S",)), truth=lambda _c: truth)
 
 
-def test_corrections_halve_the_prediction_error_within_six_ticks() -> None:
-    world = _one_gpu_world()
+def _forecast_error(planner: Planner, sim: Sim, obs: Sequence[Observation]) -> float:
+    """Relative error of the planner's corrected p99 TPOT forecast for the ladder it runs,
+    made before the window, against what the simulated fleet then reported."""
+    job = sim.world.scenario.jobs[0]
+    snap = sim.world.snapshot()
+    ladder = next(a.ladder for a in snap.active if a.job_id == job.id)
+    corr = correction_fn(
+        planner.state, job, gpus=planner.gpus, models=planner.models, cfg=planner.config
+    )
+    mine = planner.surrogate.predict(job, ladder, corrections=corr).outcomes.p99_tpot_ms
+    true = max(o.outcomes.p99_tpot_ms for o in obs if o.job_id == job.id)
+    return abs(mine - true) / true
+
+
+def test_corrections_halve_the_prediction_error_against_the_simulated_fleet() -> None:
+    """Learning against the measured world's truth (not koi's own correction form): the
+    forecast of the first window is off by more than 20 %; after six windows of telemetry the
+    forecasts are at least twice as close (median of three, the windows are noisy)."""
+    sim = sim_world(seed=0, rate=2.0)
     planner = Planner(catalog=CATALOG)
-    job = world.jobs[0]
-    obs = _run(planner, world, 1)
-    before = _tpot_error(planner, world, job)
-    _run(planner, world, 6, obs)
-    after = _tpot_error(planner, world, job)
+    errors = []
+    obs: list[Observation] = []
+    for _ in range(8):
+        obs = sim.run(planner, 1, obs)
+        errors.append(_forecast_error(planner, sim, obs))
+    before = errors[0]
+    after = sorted(errors[-3:])[1]
     assert before > 0.2  # the prior really is wrong here
     assert after <= before / 2
 
 
-def test_cusum_resets_a_correction_after_a_step_change() -> None:
-    world = _one_gpu_world()
+def test_cusum_relearns_after_a_driver_update_in_the_simulated_fleet() -> None:
+    """A driver update slows the L40S steps by 1/0.6 at 40 minutes: CUSUM flags the stratum
+    and the decode-time correction moves by most of that step."""
+    event = '[[events]]\nat_min = 40\nkind = "driver_update"\ngpu = "L40S"\nspeed = 0.6\n'
+    sim = sim_world(seed=0, rate=2.0, events=event)
     planner = Planner(catalog=CATALOG)
-    obs = _run(planner, world, 8)
+    obs = sim.run(planner, 8)
     stratum = next(iter({e.stratum for e in planner.state.corrections.entries}))
     learned = planner.state.corrections.factor(stratum, DECODE_TIME, planner.config.corrections)
     assert learned is not None
-    assert learned > 1.2
-    world.truth = lambda _c: RankCorrection()  # an engine update removes the slowdown
-    divergences: list[str] = []
-    for _ in range(10):
-        result = planner.tick(world.snapshot(), obs)
-        world.apply(result.plan)
-        obs = world.advance()
-        divergences.extend(result.learning.divergences)
+    flagged_before = len(sim.divergences)
+    sim.run(planner, 10, obs)
     step_outcomes = (Outcome.TTFT.value, Outcome.TPOT.value, Outcome.THROUGHPUT.value)
-    assert any(d == f"{stratum}:{o}" for d in divergences for o in step_outcomes)
+    flagged = sim.divergences[flagged_before:]
+    assert any(d == f"{stratum}:{o}" for d in flagged for o in step_outcomes)
     relearned = planner.state.corrections.factor(stratum, DECODE_TIME, planner.config.corrections)
     assert relearned is not None
-    assert abs(relearned - 1.0) < abs(learned - 1.0) / 2
+    assert relearned > 1.3 * learned
 
 
 def _explorer(beta: float) -> Planner:
