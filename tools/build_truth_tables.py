@@ -61,7 +61,7 @@ def _version_key(v: str) -> tuple[int, ...]:
     from packaging.version import InvalidVersion, Version
 
     try:
-        return tuple(Version(v).release) + (0 if Version(v).is_prerelease else 1,)
+        return (*tuple(Version(v).release), 0 if Version(v).is_prerelease else 1)
     except InvalidVersion:
         return (0,)
 

@@ -149,7 +149,9 @@ class Sim:
     k: int = 0
     divergences: list[str] = attrs.field(factory=list)  # CUSUM flags of every tick
 
-    def run(self, planner: object, ticks: int, obs: Sequence[Observation] = ()) -> list[Observation]:
+    def run(
+        self, planner: object, ticks: int, obs: Sequence[Observation] = ()
+    ) -> list[Observation]:
         """``ticks`` planning ticks of ``planner`` (a ``koi.planner.Planner``)."""
         observations = list(obs)
         w = self.world

@@ -50,7 +50,7 @@ def test_interpolation_reproduces_the_measured_grid() -> None:
     m, nk = np.exp(tables.grids["gemm_m"]), np.exp(tables.grids["gemm_nk"])
     i, j, k = 10, 10, 8
     got = MeasuredKernels("h100_sxm", "vllm").gemm(
-        np.asarray([m[i]]), int(round(nk[j])), int(round(nk[k])), "bf16"
+        np.asarray([m[i]]), round(nk[j]), round(nk[k]), "bf16"
     )
     assert got[0] == pytest.approx(math.exp(tables.arrays[key][i, j, k]), rel=1e-9)
     # Latency grows with the work, in every dimension.
@@ -66,7 +66,8 @@ def test_unmeasured_gpus_get_the_separate_model(catalog: Catalog) -> None:
     l4 = UnmeasuredKernels(catalog.gpus["L4"], "vllm")
     # Tile fill: 17 rows cost about what 64 do (one 64-row tile), far more than 16.
     t = l4.gemm(np.asarray([16.0, 17.0, 64.0]), 4096, 4096, "bf16")
-    assert t[1] > t[0] and t[2] == pytest.approx(t[1], rel=0.25)
+    assert t[1] > t[0]
+    assert t[2] == pytest.approx(t[1], rel=0.25)
 
 
 def test_the_truth_shares_no_code_with_the_surrogate_formulas() -> None:

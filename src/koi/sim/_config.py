@@ -82,10 +82,10 @@ class HardwareConfig:
 
     Efficiency: per model (not model class) a log-normal factor of sigma ``model_sigma``; per
     GPU type a sustained-clock factor of sigma ``clock_sigma``; per (GPU, engine) a TP
-    penalty ``tp_penalty`` per doubling of TP; per (GPU, engine, model) a batch slope ``batch_slope`` (d ln time /
-    d log2 batch of decode steps around 16 sequences: sampling and scheduling work that the
-    kernels alone do not show) and a factor ``context_scale`` on the context-proportional
-    part of attention; per seed the share of pipeline stages that do not overlap
+    penalty ``tp_penalty`` per doubling of TP; per (GPU, engine, model) a batch slope
+    ``batch_slope`` (d ln time / d log2 batch of decode steps around 16 sequences: sampling
+    and scheduling work that the kernels alone do not show) and a factor ``context_scale``
+    on the context-proportional part of attention; per seed the share of pipeline stages that do not overlap
     (``pp_loss``).
 
     Overload collapse: each preempted sequence stalls its replica ``preempt_ms`` plus its KV

@@ -94,7 +94,7 @@ def surrogate_error(
     for job in world.scenario.online_jobs:
         for gpu_name in gpu_types[: gpus_per_job or len(gpu_types)]:
             found = next(
-                ((c, t) for c in _chains(world, job, gpu_name) if (t := _true(world, c))), None
+                ((c, tr) for c in _chains(world, job, gpu_name) if (tr := _true(world, c))), None
             )
             if found is None:
                 continue
@@ -132,7 +132,7 @@ def surrogate_error(
 
     every = {m: [e for row in errs.values() for e in row[m]] for m in _METRICS}
     by_gpu = {
-        g: {**{m: med(row[m]) for m in _METRICS}, "all": med(sum((row[m] for m in _METRICS), []))}
+        g: {**{m: med(row[m]) for m in _METRICS}, "all": med([e for m in _METRICS for e in row[m]])}
         for g, row in sorted(errs.items())
     }
     return SurrogateError(
@@ -222,7 +222,8 @@ def stratum_fit(scenario: Scenario | str, *, seed: int = 0) -> StratumFit:
                     math.log(t / p)
                     for p, t in zip(_probe(prior), _probe(spec.step_model), strict=True)
                 ]
-                _, cap_p = replica_capacity(prior, fe.kv_capacity_tokens, chain.config, job.workload)
+                kv_p = fe.kv_capacity_tokens
+                _, cap_p = replica_capacity(prior, kv_p, chain.config, job.workload)
                 _, cap_t = replica_capacity(
                     spec.step_model, spec.kv_capacity_tokens, true_cfg, job.workload
                 )

@@ -85,7 +85,7 @@ def _axis(lg: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _lerp1(lg: np.ndarray, y: np.ndarray, x: np.ndarray) -> np.ndarray:
     i, f = _axis(lg, x)
-    return y[i] * (1 - f) + y[i + 1] * f
+    return np.asarray(y[i] * (1 - f) + y[i + 1] * f)
 
 
 def _grid2(
@@ -116,9 +116,9 @@ class KernelSource(Protocol):
         """One decode step of ``batch`` sequences of ``context`` tokens each."""
         ...
 
-    def moe(self, tokens: np.ndarray, shape: tuple[int, int, int, int], tp: int, dtype: str) -> (
-        np.ndarray
-    ):
+    def moe(
+        self, tokens: np.ndarray, shape: tuple[int, int, int, int], tp: int, dtype: str
+    ) -> np.ndarray:
         """Fused MoE block; ``shape`` = (hidden, expert intermediate, top-k, experts)."""
         ...
 
@@ -181,7 +181,7 @@ class MeasuredKernels:
             + arr[:, a + 1, b + 1] * fa * fb
         )
         out = np.exp(_lerp1(g_m, plane, np.log(np.maximum(m, 1.0))))
-        return out * ratio
+        return np.asarray(out * ratio)
 
     def _attn_key(self, kind: str, head_dim: int) -> tuple[str, float]:
         key = self._key(kind, f"hd{head_dim}")
@@ -198,7 +198,7 @@ class MeasuredKernels:
         arr = t.arrays[key][0]  # batch 1: [isl, heads]
         lh = math.log(max(heads, 1))
         out = np.exp(_grid2(t.grids["ctx_s"], t.grids["heads"], arr, np.log(np.maximum(s, 1)), lh))
-        return out * scale
+        return np.asarray(out * scale)
 
     def decode_attention(
         self, batch: np.ndarray, context: float, kv_heads: float, head_dim: int
@@ -214,11 +214,11 @@ class MeasuredKernels:
         j, fj = _axis(g_kv, np.asarray([math.log(max(kv, 1.0))]))
         plane = arr[:, :, j[0]] * (1 - fj[0]) + arr[:, :, j[0] + 1] * fj[0]
         col = _grid2(g_b, g_c, plane, np.log(np.maximum(batch, 1)), math.log(max(context, 2.0)))
-        return np.exp(col) * scale * extra
+        return np.asarray(np.exp(col) * scale * extra)
 
-    def moe(self, tokens: np.ndarray, shape: tuple[int, int, int, int], tp: int, dtype: str) -> (
-        np.ndarray
-    ):
+    def moe(
+        self, tokens: np.ndarray, shape: tuple[int, int, int, int], tp: int, dtype: str
+    ) -> np.ndarray:
         t = self.tables
         want = "x".join(map(str, shape))
         h, i, k, e = shape
@@ -250,7 +250,7 @@ class MeasuredKernels:
         if dtype != "bf16":
             # A deployment whose quantized MoE kernel is slower than BF16 would not ship it.
             out = np.minimum(out, self.moe(tokens, shape, tp, "bf16"))
-        return out
+        return np.asarray(out)
 
     def allreduce(self, nbytes: np.ndarray, gpus: int, mode: str) -> np.ndarray:
         t = self.tables
@@ -264,7 +264,7 @@ class MeasuredKernels:
             t.grids["ar_bytes"], t.grids["ar_g"], arr.T, np.log(np.maximum(nbytes, 1)),
             math.log(max(gpus, 2)),
         )  # fmt: skip
-        return np.exp(out)
+        return np.asarray(np.exp(out))
 
 
 @attrs.frozen
@@ -360,9 +360,9 @@ class UnmeasuredKernels:
         t = nbytes / (self.gpu.hbm_tb_s * 1e12 * eff) + self.si.launch_us * 1e-6 + b * 0.4e-6
         return np.asarray(t * 1e3)
 
-    def moe(self, tokens: np.ndarray, shape: tuple[int, int, int, int], tp: int, dtype: str) -> (
-        np.ndarray
-    ):
+    def moe(
+        self, tokens: np.ndarray, shape: tuple[int, int, int, int], tp: int, dtype: str
+    ) -> np.ndarray:
         h, inter, k, e = shape
         x = np.maximum(np.asarray(tokens, dtype=float), 1.0)
         routed = x * k

@@ -65,7 +65,7 @@ def _at(curve: list[float], x: float) -> float:
     i = min(i, _LAST)
     x0, x1 = _GRID_LIST[i], _GRID_LIST[i + 1]
     f = (x - x0) / (x1 - x0)
-    return curve[i] + (curve[i + 1] - curve[i]) * f
+    return float(curve[i] + (curve[i + 1] - curve[i]) * f)
 
 
 @attrs.frozen
@@ -242,9 +242,9 @@ class _MemoSource:
         self.name = src.name
         self._memo: dict[tuple[object, ...], np.ndarray] = {}
 
-    def _get(self, key: tuple[object, ...], x: np.ndarray, fn: Callable[[], np.ndarray]) -> (
-        np.ndarray
-    ):
+    def _get(
+        self, key: tuple[object, ...], x: np.ndarray, fn: Callable[[], np.ndarray]
+    ) -> np.ndarray:
         if x is not _GRID_1 and not (x.shape == _GRID_1.shape and (x == _GRID_1).all()):
             return fn()
         hit = self._memo.get(key)
@@ -267,9 +267,9 @@ class _MemoSource:
             lambda: self.src.decode_attention(batch, context, kv_heads, head_dim),
         )
 
-    def moe(self, tokens: np.ndarray, shape: tuple[int, int, int, int], tp: int, dtype: str) -> (
-        np.ndarray
-    ):
+    def moe(
+        self, tokens: np.ndarray, shape: tuple[int, int, int, int], tp: int, dtype: str
+    ) -> np.ndarray:
         return self._get(
             ("m", shape, tp, dtype), tokens, lambda: self.src.moe(tokens, shape, tp, dtype)
         )
@@ -288,7 +288,7 @@ def _allreduce(
         staged = (ring + 2 * (g - 1) * link.hop_us * 1e-6) * 1e3
         if _unmeasured(src):
             return np.asarray(staged)
-        return np.maximum(staged, src.allreduce(nbytes, g, "nccl"))
+        return np.asarray(np.maximum(staged, src.allreduce(nbytes, g, "nccl")))
     if link.kind == "internode":
         ring = 2.0 * (g - 1) / g * nbytes / (gpu.internode_gb_s * 1e9 * 0.8)
         return np.asarray((ring + (g - 1) * 12e-6) * 1e3)
@@ -300,7 +300,7 @@ def _allreduce(
         p2p = (ring + (g - 1) * 8e-6) * 1e3
         if _unmeasured(src):
             return np.asarray(p2p)
-        return np.minimum(p2p, src.allreduce(nbytes, g, mode))
+        return np.asarray(np.minimum(p2p, src.allreduce(nbytes, g, mode)))
     custom = src.allreduce(nbytes, g, mode)
     if _unmeasured(src):
         return custom
@@ -615,7 +615,8 @@ class MeasuredTruth:
         hw = self._hw
         link = self.link(gpu, config, environment)
         cscale = self._u(hw.context_scale, "context", gpu.name, config.engine, model.name)
-        key = (gpu.name, model.name, config.engine, config.tp, config.pp, config.quant, link, cscale)
+        key: tuple[object, ...] = (gpu.name, model.name, config.engine, config.tp, config.pp)
+        key += (config.quant, link, cscale)
         curves = self._curves.get(key)
         if curves is None:
             src = self._source(gpu, config.engine)

@@ -22,11 +22,11 @@ from koi.errors import InvalidInput
 from koi.sim._capacity import reference_cost_per_token, replica_capacity
 from koi.sim._config import SimConfig
 from koi.sim._deploy import Deployment, Replica
+from koi.sim._measured import MeasuredTruth
 from koi.sim._scenario import Event, EventKind, Scenario
 from koi.sim._serve import Serving
 from koi.sim._state import JobState
 from koi.sim._trace import BatchRecord
-from koi.sim._measured import MeasuredTruth
 from koi.sim._truth import PriorFactory, ReplicaLimits, TruthModel, event_rng, stable_seed
 from koi.surrogate import Feasibility, feasibility
 from koi.surrogate.replay import (
