@@ -85,8 +85,8 @@ class HardwareConfig:
     penalty ``tp_penalty`` per doubling of TP; per (GPU, engine, model) a batch slope
     ``batch_slope`` (d ln time / d log2 batch of decode steps around 16 sequences: sampling
     and scheduling work that the kernels alone do not show) and a factor ``context_scale``
-    on the context-proportional part of attention; per seed the share of pipeline stages that do not overlap
-    (``pp_loss``).
+    on the context-proportional part of attention; per seed the share of pipeline stages
+    that do not overlap (``pp_loss``).
 
     Overload collapse: each preempted sequence stalls its replica ``preempt_ms`` plus its KV
     tokens at ``preempt_gb_s`` (block-table churn and re-admission), on top of the recompute.
