@@ -27,7 +27,7 @@ from koi.baselines import (
 )
 from koi.catalog import Catalog, load_catalog
 from koi.errors import InvalidInput
-from koi.sim import build_world
+from koi.sim import build_world, reference_truth
 from koi.surrogate import OperatorModel
 from koi.types import (
     ActionKind,
@@ -234,7 +234,7 @@ def test_milp_truth_sees_the_truth_and_follows_driver_updates(catalog: Catalog) 
     assert isinstance(reference, MilpTruth)
     gpu, model = catalog.gpus["L4"], catalog.models["Llama-3.1-8B"]
     config = Config()
-    truth = world.reference_truth()
+    truth = reference_truth(world)
     step = TruthProfiles(truth).step_model(gpu, model, config).step(**_SHAPE).time_s
     mine = reference.toolkit.surrogate.step_model(gpu, model, config)[0].step(**_SHAPE).time_s
     prior = OperatorModel(gpu, model, config).step(**_SHAPE).time_s

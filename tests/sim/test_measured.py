@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 
 from koi.catalog import Catalog
-from koi.sim import HardwareConfig, MeasuredTruth, SimConfig, build_world, load_scenario
+from koi.sim import (
+    HardwareConfig,
+    MeasuredTruth,
+    SimConfig,
+    build_world,
+    load_scenario,
+    reference_truth,
+)
 from koi.sim import stratum_fit as fit_strata
 from koi.sim._kernels import (
     MEASURED_SYSTEMS,
@@ -183,8 +190,8 @@ def test_one_factor_per_stratum_removes_at_most_half_the_error(seed: int) -> Non
 
 def test_the_synthetic_world_is_still_available() -> None:
     scenario = attrs.evolve(load_scenario("smoke"), world="synthetic")
-    assert build_world(scenario, seed=0).reference_truth().kind == "synthetic"
-    assert build_world("smoke", seed=0).reference_truth().kind == "measured"
+    assert reference_truth(build_world(scenario, seed=0)).kind == "synthetic"
+    assert reference_truth(build_world("smoke", seed=0)).kind == "measured"
     with pytest.raises(Exception, match="world"):
         attrs.evolve(load_scenario("smoke"), world="imaginary")
     assert Quant.FP8  # the measured world knows every quantization

@@ -129,12 +129,12 @@ def test_a_reference_planner_can_rebuild_the_worlds_truth(catalog: Catalog, kind
     """The oracle rebuilds the truth from the world: same steps, same drawn updates."""
     import attrs
 
-    from koi.sim import build_world, event_rng, load_scenario
+    from koi.sim import build_world, event_rng, load_scenario, reference_truth
     from koi.types import Chain
 
     scenario = attrs.evolve(load_scenario("smoke"), world=kind)
     world = build_world(scenario, seed=3)
-    copy = world.reference_truth()
+    copy = reference_truth(world)
     assert copy.kind == kind
     pool = world.pools()[0]
     chain = Chain("Llama-3.1-8B", pool.environment, Config())
@@ -145,7 +145,7 @@ def test_a_reference_planner_can_rebuild_the_worlds_truth(catalog: Catalog, kind
     mine = copy.step_model(gpu, model, Config(), environment=pool.environment)
     assert inner.step(**STEP) == mine.step(**STEP)
     drawn = copy.driver_update("L4", event_rng(world.seed, 0))
-    again = world.reference_truth().driver_update("L4", event_rng(world.seed, 0))
+    again = reference_truth(world).driver_update("L4", event_rng(world.seed, 0))
     assert drawn == again
 
 

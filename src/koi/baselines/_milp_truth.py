@@ -3,7 +3,7 @@
 A reference, never a competitor, and (with ``koi-truth``) the only planner that touches the
 truth.  It is not a ceiling: it shows what the rolling MILP does with perfect knowledge of step
 times, and planners that learn or hedge can beat it.  Its surrogate's step times come from a
-copy of the world's truth drawn for the same seed (``World.reference_truth``: the hidden
+copy of the world's truth drawn for the same seed (``koi.sim.reference_truth``: the hidden
 hardware is a pure function of the seed; a chain is timed on its GPU's multi-GPU instance type
 with the worst interconnect, since the surrogate's profile interface carries no instance type),
 its GPU speeds follow the scenario's engine/driver updates as they happen (drawn exactly as the

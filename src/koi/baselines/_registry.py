@@ -21,7 +21,7 @@ from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
 from koi.errors import InvalidInput
 from koi.planner import Planner
-from koi.sim import Policy, World
+from koi.sim import Policy, World, reference_truth
 from koi.surrogate import Surrogate
 
 __all__ = [
@@ -101,7 +101,7 @@ def _koi(b: _Build) -> Policy:
 def _koi_truth(b: _Build) -> Policy:
     world = b.truth()
     base = koi_config("koi", b.config)
-    profiles = TruthProfiles(world.reference_truth())
+    profiles = TruthProfiles(reference_truth(world))
     surrogate = Surrogate(
         dict(b.catalog.gpus), dict(b.catalog.models), base.surrogate, profiles=profiles
     )
@@ -115,7 +115,7 @@ def _milp_truth(b: _Build) -> Policy:
         models=dict(b.catalog.models),
         scenario=world.scenario,
         world_seed=world.seed,
-        truth=world.reference_truth(),
+        truth=reference_truth(world),
         max_candidates=b.cfg.max_candidates,
         selector=b.cfg.selector,
     )

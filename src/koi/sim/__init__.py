@@ -35,7 +35,7 @@ from koi.sim._scenario import (
 )
 from koi.sim._trace import BatchRecord, JobWindow, TickRecord, Trace
 from koi.sim._truth import TruthModel, event_rng
-from koi.sim._world import ApplyResult, World
+from koi.sim._world import ApplyResult, World, reference_truth
 
 __all__ = [
     "ApplyResult",
@@ -72,6 +72,7 @@ __all__ = [
     "online_admission",
     "over_provision",
     "parse_scenario",
+    "reference_truth",
     "resolve_pools",
     "run",
     "scenario_names",

@@ -52,7 +52,14 @@ from koi.types import (
     WorkloadProfile,
 )
 
-__all__ = ["ApplyResult", "World"]
+__all__ = ["ApplyResult", "World", "reference_truth"]
+
+
+def reference_truth(world: World) -> TruthModel | MeasuredTruth:
+    """A fresh copy of ``world``'s hidden truth (same seed, same kind, same pools), for
+    reference planners only (the oracles); its driver updates start from scratch.  A
+    competing policy must never use it."""
+    return world._fresh_truth()
 
 
 @attrs.frozen
@@ -143,9 +150,7 @@ class World(Serving):
             duration_s=scenario.duration_s,
         )
 
-    def reference_truth(self) -> TruthModel | MeasuredTruth:
-        """A fresh copy of this world's hidden truth (same seed, same kind, same pools), for
-        reference planners only (the oracles); its driver updates start from scratch."""
+    def _fresh_truth(self) -> TruthModel | MeasuredTruth:
         if isinstance(self._truth, MeasuredTruth):
             return MeasuredTruth(
                 self.seed, self.cfg.hardware, self.cfg.truth, pools=tuple(self._pools.values())
