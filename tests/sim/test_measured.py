@@ -29,7 +29,7 @@ from koi.sim._kernels import (
 )
 from koi.surrogate import feasibility
 from koi.surrogate.replay import CachedStepModel, ReplayEngine, ReplicaSpec, Request
-from koi.types import Chain, Config, Environment, Market, Quant, Routing
+from koi.types import Chain, Config, Environment, LinkKind, Market, Quant, Routing
 
 SIM = Path(__import__("koi.sim").sim.__file__).parent
 DECODE = {"prefill_tokens": 0, "prefill_pairs": 0.0, "decode_seqs": 16}
@@ -111,16 +111,21 @@ def test_the_cache_stays_exact_on_decode_steps(catalog: Catalog) -> None:
 
 
 def test_pcie_instances_without_peer_to_peer_are_slow_at_tp(catalog: Catalog) -> None:
+    """A node the catalog marks P2P-capable lacks it in some seeds (hidden); one it marks
+    without P2P always stages collectives through host memory, several times slower."""
     g, m = catalog.gpus["L40S"], catalog.models["Llama-3.1-8B"]
     cfg = Config(tp=4)
     comm: dict[str, list[float]] = {"host": [], "p2p": []}
+    prefill = {"prefill_tokens": 2048, "prefill_pairs": 2048.0 * 1024, "decode_seqs": 0}
     for seed in range(12):
         truth = MeasuredTruth(seed, HardwareConfig(step_noise_cv=0.0))
-        env = _env("L40S", 4, "g6e.12xlarge")
+        env = attrs.evolve(_env("L40S", 4, "g6e.12xlarge"), link=LinkKind.PCIE)
         kind = truth.link(g, cfg, env).kind
         step = truth.step_model(g, m, cfg, environment=env)
-        prefill = {"prefill_tokens": 2048, "prefill_pairs": 2048.0 * 1024, "decode_seqs": 0}
         comm[kind].append(step.step(**prefill, decode_context_tokens=0).comm_s)
+        declared = _env("L40S", 4, "g6e.12xlarge")  # the catalog's L40S: pcie_no_p2p
+        assert LinkKind(g.link) is LinkKind.PCIE_NO_P2P
+        assert truth.link(g, cfg, declared).kind == "host"
     assert comm["host"]
     assert comm["p2p"]
     assert min(comm["host"]) > 2 * max(comm["p2p"])

@@ -76,9 +76,11 @@ class HardwareConfig:
     engine: ``base_ms`` (times 1 for vLLM, 0.8 for SGLang, 0.5 for TensorRT-LLM) plus
     ``per_seq_us`` per running sequence; eager kernels cost ``launch_us`` each.
 
-    Interconnect, per PCIe instance type with more than one GPU: no peer-to-peer with
-    probability ``no_p2p_prob`` (collectives staged through host memory at ``host_gb_s``,
-    ``host_hop_us`` per step, engines fall back from custom all-reduce to NCCL).
+    Interconnect, per PCIe instance type with more than one GPU: no peer-to-peer when the
+    catalog says so (``pcie_no_p2p``), and with probability ``no_p2p_prob`` where it says the
+    node has it (virtualised or ACS-enabled hosts); without it, collectives are staged through
+    host memory at ``host_gb_s``, ``host_hop_us`` per step, and engines fall back from custom
+    all-reduce to NCCL.  Host bandwidth and hop time are hidden either way.
 
     Efficiency: per model (not model class) a log-normal factor of sigma ``model_sigma``; per
     GPU type a sustained-clock factor of sigma ``clock_sigma``; per (GPU, engine) a TP

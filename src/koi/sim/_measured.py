@@ -512,14 +512,20 @@ class MeasuredTruth:
             envs = [e for e in self._instances.get(gpu.name, []) if e.gpus_per_instance > 1]
             links = [self.link(gpu, config, e) for e in envs]
             order = {"host": 0, "internode": 1, "p2p": 2, "fabric": 3, "nvlink": 4}
-            return min(links, key=lambda lk: order.get(lk.kind, 5)) if links else self._kind(gpu)
+            if not links:
+                return self._kind(LinkKind(gpu.link))
+            return min(links, key=lambda lk: order.get(lk.kind, 5))
         if config.gpus > env.gpus_per_instance:
             return LinkTruth("internode")
-        kind = self._kind(gpu)
+        declared = env.link or LinkKind(gpu.link)
+        kind = self._kind(declared)
         if kind.kind != "p2p":
             return kind
+        # A node the catalog says lacks peer-to-peer always stages through host memory; one it
+        # says has it may still not (virtualised or ACS-enabled hosts), hidden, per instance type.
         where = (env.cloud, env.instance_type)
-        if self._u((0.0, 1.0), "p2p", *where) < self._hw.no_p2p_prob:
+        staged = declared is LinkKind.PCIE_NO_P2P
+        if staged or self._u((0.0, 1.0), "p2p", *where) < self._hw.no_p2p_prob:
             return LinkTruth(
                 "host",
                 host_gb_s=self._u(self._hw.host_gb_s, "host-bw", *where),
@@ -528,11 +534,10 @@ class MeasuredTruth:
         return kind
 
     @staticmethod
-    def _kind(gpu: GpuSpec) -> LinkTruth:
-        link = LinkKind(gpu.link)
+    def _kind(link: LinkKind) -> LinkTruth:
         if link is LinkKind.NVLINK:
             return LinkTruth("nvlink")
-        if link is LinkKind.PCIE:
+        if link in (LinkKind.PCIE, LinkKind.PCIE_NO_P2P):
             return LinkTruth("p2p")
         return LinkTruth("fabric")
 
