@@ -22,7 +22,7 @@ from .conftest import pool_toml, tiny
 
 
 def test_builtin_names() -> None:
-    assert scenario_names() == ("hetero-12h", "hetero-3h", "homo-12h", "smoke")
+    assert scenario_names() == ("fleet-xl", "hetero-12h", "hetero-3h", "homo-12h", "smoke")
 
 
 def test_hetero_3h_matches_design(catalog: Catalog) -> None:
@@ -74,11 +74,30 @@ def test_long_scenarios(catalog: Catalog) -> None:
         assert len({j.model for j in sc.jobs}) == 10
 
 
-@pytest.mark.parametrize("name", ["smoke", "hetero-3h", "hetero-12h", "homo-12h"])
+def test_fleet_xl_is_ten_thousand_gpus_and_three_hundred_jobs(catalog: Catalog) -> None:
+    sc = load_scenario("fleet-xl")
+    pools = resolve_pools(sc, tuple(catalog.instances))
+    assert sc.duration_s == 6 * 3600
+    assert 9_500 <= sum(p.capacity_gpus for p in pools) <= 10_500
+    assert {p.environment.cloud for p in pools} == {"aws", "gcp", "azure", "onprem"}
+    assert {p.environment.market for p in pools} == set(Market)
+    assert len({p.environment.gpu for p in pools}) >= 9
+    assert len(sc.jobs) == 300
+    assert 0 < len(sc.batch_jobs) < len(sc.online_jobs)
+    assert {j.model for j in sc.jobs} == set(catalog.models)  # all 12 architectures
+    assert {e.kind for e in sc.events} == set(EventKind)
+    assert max(j.arrival_s for j in sc.jobs) >= 4 * 3600  # tenants keep arriving
+    # Tenants share service tiers: many jobs are copies of one another (same model, traffic,
+    # targets), the case the selector merges.
+    shapes = {(j.model, j.workload, j.target, j.priority) for j in sc.jobs}
+    assert len(shapes) <= len(sc.jobs) // 2
+
+
+@pytest.mark.parametrize("name", ["smoke", "hetero-3h", "hetero-12h", "homo-12h", "fleet-xl"])
 def test_every_job_is_servable(catalog: Catalog, name: str) -> None:
     sc = load_scenario(name)
     pools = resolve_pools(sc, tuple(catalog.instances))
-    for job in sc.jobs:
+    for job in {j.model: j for j in sc.jobs}.values():  # servability depends on the model
         model = catalog.models[job.model]
         ok = any(
             feasibility(
@@ -178,7 +197,7 @@ def test_malformed_scenarios_name_the_key(body: str, key: str) -> None:
 def test_invalid_toml_and_unknown_name(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="not valid TOML"):
         parse_scenario("[scenario\n")
-    with pytest.raises(InvalidInput, match="built-in: hetero-12h"):
+    with pytest.raises(InvalidInput, match="built-in: fleet-xl, hetero-12h"):
         load_scenario("no-such-scenario")
     bad = tmp_path / "mine.toml"
     bad.write_text("[scenario]\nname = 'x'\n")
