@@ -257,6 +257,66 @@ def test_pruning_never_changes_the_optimum(p: SelectionProblem) -> None:
         assert a == pytest.approx(b, abs=1e-6)
 
 
+@st.composite
+def problems_with_copies(draw: st.DrawFn) -> SelectionProblem:
+    """A random problem plus copies of some of its jobs: same candidates, priority, quota group
+    and held GPUs under another name (tenants on one service tier)."""
+    p = draw(problems(max_jobs=3, max_cands=3))
+    jobs = _jobs(p)
+    cands = list(p.candidates)
+    priority, group, held = dict(p.priority), dict(p.quota_group), dict(p.held_gpus)
+    for job in draw(st.lists(st.sampled_from(sorted(jobs)), min_size=1, max_size=3)):
+        copy = f"{job}-copy{len(priority)}"
+        cands += [attrs.evolve(c, job_id=copy) for c in jobs[job]]
+        priority[copy] = p.priority[job]
+        group[copy] = p.quota_group[job]
+        if job in p.held_gpus:
+            held[copy] = dict(p.held_gpus[job])
+    return attrs.evolve(p, candidates=cands, priority=priority, quota_group=group, held_gpus=held)
+
+
+@settings(max_examples=60, deadline=None)
+@given(p=problems_with_copies())
+def test_merging_identical_jobs_keeps_the_optimum_and_shrinks_the_milp(
+    p: SelectionProblem,
+) -> None:
+    best = brute_force(p)
+    plain = SelectorConfig(merge_identical=False)
+    if best == -math.inf:
+        with pytest.raises(InfeasibleError):
+            select(p, **EXACT)
+        return
+    sel = select(p, **EXACT)
+    assert check(p, sel.chosen) == []
+    assert sel.objective == pytest.approx(best, abs=1e-6)
+    assert select(p, **EXACT, cfg=plain).objective == pytest.approx(best, abs=1e-6)
+    comp = compile_problem(p, SelectorConfig())
+    from koi.selector._merge import job_classes
+
+    classes = job_classes(comp)
+    assert len(classes) < comp.n_jobs  # the copies were recognised
+    merged, separate = formulate(comp, classes), formulate(comp)
+    assert merged.n_x < separate.n_x
+
+
+def test_merged_copies_split_between_options_in_job_order() -> None:
+    """Three identical jobs, room on the fast pool for two: two take it, the third the slow
+    one, and the first two by name get the fast pool."""
+    pools = [PoolCapacity("fast", 4), PoolCapacity("slow", 8)]
+    cands = [
+        c
+        for job in ("t0", "t1", "t2")
+        for c in (
+            Candidate(job, "defer", "defer", -10.0),
+            Candidate(job, "fast", "place", -1.0, {"fast": 2}),
+            Candidate(job, "slow", "place", -2.0, {"slow": 2}),
+        )
+    ]
+    sel = select(SelectionProblem(candidates=cands, pools=pools), **EXACT)
+    assert sel.chosen == {"t0": "fast", "t1": "fast", "t2": "slow"}
+    assert sel.objective == pytest.approx(-4.0)
+
+
 # --- each term changes a decision -------------------------------------------------------------
 
 CFG = ScoringConfig()

@@ -54,6 +54,9 @@ class SelectorConfig:
     (exact: the optimum does not change); ``lp_fix`` fixes the jobs whose LP relaxation is
     integral and solves the rest as a smaller MILP (at least ``lp_fix_min_candidates`` candidates,
     given ``lp_fix_time_share`` of the remaining time); its plan warm-starts the full MILP.
+    ``merge_identical`` solves jobs the MILP cannot tell apart (same candidates, values, uses,
+    priority and quota group) as one class with an integer count per candidate (exact: the
+    optimum does not change, the symmetric copies of it go).
     """
 
     time_limit_s: float | None = attrs.field(default=2.0, validator=optional(non_negative))
@@ -63,6 +66,7 @@ class SelectorConfig:
     lp_fix: bool = True
     lp_fix_min_candidates: int = attrs.field(default=2000, validator=non_negative_int)
     lp_fix_time_share: float = attrs.field(default=0.3, validator=non_negative)
+    merge_identical: bool = True
 
 
 def _frozen_items(items: Iterable[Hashable]) -> frozenset[Hashable]:

@@ -13,6 +13,7 @@ from koi.selector._compile import Compiled, IntArray, compile_problem
 from koi.selector._formulate import MilpArrays, formulate
 from koi.selector._greedy import binding_constraints, greedy_choice, plan_objective, violations
 from koi.selector._highs import solve_milp
+from koi.selector._merge import job_classes
 from koi.selector._model import Selection, SelectionProblem, SelectionStatus, SelectorConfig
 
 __all__ = ["greedy", "select"]
@@ -85,15 +86,32 @@ def _result(
     )
 
 
-def _as_choice(comp: Compiled, x: np.ndarray) -> IntArray:
-    xs = x[: len(comp.cands)]
-    return np.array(
-        [
-            int(comp.job_start[i]) + int(np.argmax(xs[comp.job_slice(i)]))
-            for i in range(comp.n_jobs)
-        ],
-        dtype=np.int64,
-    )
+def _as_choice(comp: Compiled, milp: MilpArrays, x: np.ndarray) -> IntArray:
+    """Per job, the chosen candidate; a class's counts go to its members in job order."""
+    choice = np.zeros(comp.n_jobs, dtype=np.int64)
+    for members in milp.classes:
+        first = members[0]
+        ks = list(comp.job_slice(first))
+        counts = np.rint(x[milp.cand_col[ks]]).astype(np.int64).clip(min=0)
+        if counts.sum() != len(members):  # not integral enough to decode: the largest first
+            counts = np.zeros(len(ks), dtype=np.int64)
+            counts[int(np.argmax(x[milp.cand_col[ks]]))] = len(members)
+        offsets = np.repeat(np.arange(len(ks)), counts)
+        for j, off in zip(members, offsets, strict=True):
+            choice[j] = int(comp.job_start[j]) + int(off)
+    return choice
+
+
+def _start_vector(comp: Compiled, milp: MilpArrays, choice: IntArray) -> np.ndarray:
+    """The MILP columns of a per-job choice (counts for merged classes; y and r filled in)."""
+    start = np.zeros(len(milp.c))
+    np.add.at(start, milp.cand_col[choice], 1.0)
+    covered = {e for k in choice for e in comp.cover_items[k]}
+    y_items = sorted({e for k in range(len(comp.cands)) for e in comp.cover_items[k]})
+    for j, e in enumerate(y_items):
+        start[milp.n_x + j] = float(e in covered)
+    # r_{p,l} columns start at their minimal feasible values.
+    return _fill_reserve(comp, choice, start, milp.n_x + len(y_items))
 
 
 def greedy(problem: SelectionProblem, *, cfg: SelectorConfig = _DEFAULT) -> Selection:
@@ -156,17 +174,10 @@ def select(
     comp, cfg = _select_iv(problem, time_limit_s, mip_rel_gap, cfg)
     g_choice = greedy_choice(comp)
     g_obj = plan_objective(comp, g_choice) if g_choice is not None else -math.inf
-    milp = formulate(comp)
+    milp = formulate(comp, job_classes(comp) if cfg.merge_identical else None)
     start = None
     if warm_start and g_choice is not None:
-        start = np.zeros(len(milp.c))
-        start[g_choice] = 1.0
-        covered = {e for k in g_choice for e in comp.cover_items[k]}
-        y_items = sorted({e for cov in comp.cover_items for e in cov})
-        for j, e in enumerate(y_items):
-            start[milp.n_x + j] = float(e in covered)
-        # r_{p,l} columns start at their minimal feasible values, derived by the solver.
-        start = _fill_reserve(comp, g_choice, start, milp.n_x + len(y_items))
+        start = _start_vector(comp, milp, g_choice)
     lp_bound = math.inf
     if cfg.lp_fix and len(comp.cands) >= cfg.lp_fix_min_candidates:
         fixed, lp_bound = _lp_fixed(comp, milp, cfg, t0)
@@ -176,7 +187,7 @@ def select(
             if _gap(fixed[1], lp_bound) <= cfg.mip_rel_gap:
                 return _result(
                     comp,
-                    _as_choice(comp, fixed[0]),
+                    _as_choice(comp, milp, fixed[0]),
                     SelectionStatus.OPTIMAL,
                     bound=lp_bound,
                     t0=t0,
@@ -190,7 +201,7 @@ def select(
         start=start,
     )
     if res.x is not None:
-        choice = _as_choice(comp, res.x)
+        choice = _as_choice(comp, milp, res.x)
         if not violations(comp, choice):
             obj = plan_objective(comp, choice)
             if g_choice is not None and g_obj > obj:
@@ -238,15 +249,12 @@ def _lp_fixed(
     if lp.x is None or lp.status != "optimal":
         return None, math.inf
     lp_bound = lp.bound
-    x = lp.x[: milp.n_x]
     lo, hi = milp.col_lo.copy(), milp.col_hi.copy()
-    for i in range(comp.n_jobs):
-        sl = comp.job_slice(i)
-        xs = x[sl.start : sl.stop]
-        if xs.max() > 1 - _INTEGRAL_TOL:
-            k = sl.start + int(np.argmax(xs))
-            hi[sl.start : sl.stop] = 0.0
-            hi[k] = lo[k] = 1.0
+    for members in milp.classes:
+        cols = milp.cand_col[list(comp.job_slice(members[0]))]
+        xs = lp.x[cols]
+        if np.all(np.abs(xs - np.rint(xs)) < _INTEGRAL_TOL):
+            lo[cols] = hi[cols] = np.rint(xs)
     res = solve_milp(
         milp,
         time_limit_s=_time_left(cfg, t0, share=cfg.lp_fix_time_share),
@@ -256,7 +264,7 @@ def _lp_fixed(
     )
     if res.x is None:
         return None, lp_bound
-    choice = _as_choice(comp, res.x)
+    choice = _as_choice(comp, milp, res.x)
     if violations(comp, choice):
         return None, lp_bound
     return (res.x, plan_objective(comp, choice)), lp_bound
