@@ -2,7 +2,7 @@
 
 Every error koi raises derives from :class:`KoiError`; each subclass also derives from the
 builtin a caller would naturally catch (``ValueError`` for bad input, ``RuntimeError`` for a
-solver that failed).  No pluggy, cvxpy or highspy exception escapes the library.
+solver that failed).  No pluggy or highspy exception escapes the library.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 For every job, the candidate screen gives the cheapest sized option per GPU type;
 priced per pool, that is how many GPUs of the pool serve the job and what the job gains per GPU
-there (its Tchebycheff score over deferral).  The selector's cvxpy LP spreads the fleet over
+there (its Tchebycheff score over deferral).  The selector's LP spreads the fleet over
 the jobs; each job's book lists the pools it got plus the next best few.
 """
 

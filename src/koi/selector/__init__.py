@@ -2,7 +2,7 @@
 
 :func:`select` solves the MILP with HiGHS (``highspy``, imported lazily), warm-started from
 :func:`greedy`, which is also the fallback. :class:`BudgetBooks` is the root planner's LP
-relaxation (cvxpy, built once with Parameters) that bounds where each job's candidates come from.
+relaxation (a sparse LP, also solved by HiGHS) that bounds where each job's candidates come from.
 No solver object leaves this package.
 """
 

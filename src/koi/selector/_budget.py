@@ -1,4 +1,4 @@
-"""Budget books (paper §2.6): an LP relaxation of the fleet allocation, built once in cvxpy."""
+"""Budget books (paper §2.6): an LP relaxation of the fleet allocation, solved by HiGHS."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from typing import Any
 
 import attrs
 import numpy as np
+import scipy.sparse as sp
 
 from koi.errors import InvalidInput, SolverError
-from koi.selector._highs import quiet_stdout
+from koi.selector._formulate import MilpArrays
+from koi.selector._highs import solve_milp
 from koi.selector._model import PoolCapacity
 
 __all__ = ["BudgetBook", "BudgetBooks", "BudgetConfig", "JobDemand"]
@@ -67,7 +69,7 @@ class BudgetBook:
 
 
 class BudgetBooks:
-    r"""Root-planner LP, modelled once with cvxpy Parameters (DPP) and re-solved each tick.
+    r"""The root planner's LP, solved each tick over the usable (job, pool) pairs only.
 
     .. math::
 
@@ -75,36 +77,14 @@ class BudgetBooks:
         \quad\text{s.t.}\quad \sum_p s_{jp} \le 1,\quad \sum_j n_{jp} s_{jp} \le C_p
 
     ``s_{jp}`` is the share of job ``j`` served from pool ``p``, ``n`` the GPUs needed, ``v`` the
-    value per GPU, ``M`` the 0/1 usability mask. The model is padded to a capacity (doubled when a
-    tick has more jobs or pools), so most ticks only change parameter values.
+    value per GPU, ``M`` the 0/1 usability mask: only the pairs with ``M = 1`` are columns.
+    HiGHS (already the selector's MILP solver) solves it directly; a modelling layer cost more
+    to import and to canonicalize each tick than the solve itself.
     """
 
     def __init__(self, cfg: BudgetConfig | None = None) -> None:
         self._cfg = cfg or BudgetConfig()
-        self._shape = (0, 0)
-        self._prob: Any = None
-        self._params: dict[str, Any] = {}
-        self._share: Any = None
-        self.builds = 0
         self.solves = 0
-
-    def _build(self, n_jobs: int, n_pools: int) -> None:
-        import cvxpy as cp
-
-        shape = (n_jobs, n_pools)
-        s = cp.Variable(shape, nonneg=True)
-        w = cp.Parameter(shape, nonneg=True)
-        n = cp.Parameter(shape, nonneg=True)
-        mask = cp.Parameter(shape, nonneg=True)
-        cap = cp.Parameter(n_pools, nonneg=True)
-        total: Any = getattr(cp, "sum")  # noqa: B009  cvxpy's stubs omit the atoms
-        times: Any = getattr(cp, "multiply")  # noqa: B009
-        cons = [s <= mask, total(s, axis=1) <= 1, total(times(n, s), axis=0) <= cap]
-        self._prob = cp.Problem(cp.Maximize(total(times(w, s))), cons)
-        self._params = {"w": w, "n": n, "mask": mask, "cap": cap}
-        self._share = s
-        self._shape = shape
-        self.builds += 1
 
     def solve(
         self, demands: Sequence[JobDemand], capacities: Sequence[PoolCapacity]
@@ -122,38 +102,59 @@ class BudgetBooks:
                     raise InvalidInput(f"demands[{d.job_id!r}].gpus_needed: unknown pool {p!r}")
         if not demands:
             return {}
-        rows, cols = self._shape
-        if len(demands) > rows or len(pool_ids) > cols:
-            self._build(max(len(demands), 2 * rows, 8), max(len(pool_ids), 2 * cols, 8))
-        rows, cols = self._shape
-        need = np.zeros((rows, cols))
-        w = np.zeros((rows, cols))
-        mask = np.zeros((rows, cols))
-        cap = np.zeros(cols)
-        for j, d in enumerate(demands):
-            for p, g in d.gpus_needed.items():
-                need[j, col[p]] = g
-                w[j, col[p]] = g * d.value_per_gpu.get(p, 0.0)
-                mask[j, col[p]] = 1.0
-        for c in capacities:
-            cap[col[c.pool_id]] = c.capacity_gpus
-        self._params["n"].value = need
-        self._params["w"].value = w
-        self._params["mask"].value = mask
-        self._params["cap"].value = cap
-        try:
-            with quiet_stdout():
-                self._prob.solve(solver="HIGHS", verbose=False, output_flag=False)
-        except Exception as exc:
-            raise SolverError(f"budget books: LP failed ({type(exc).__name__}: {exc})") from None
-        if self._prob.status not in ("optimal", "optimal_inaccurate"):
-            raise SolverError(f"budget books: LP status {self._prob.status}")
+        share = self._shares(demands, capacities, col)
         self.solves += 1
-        share = np.asarray(self._share.value)
         gpu_type = {c.pool_id: c.gpu_type for c in capacities}
         return {
             d.job_id: self._book(d, share[j], pool_ids, gpu_type) for j, d in enumerate(demands)
         }
+
+    @staticmethod
+    def _shares(
+        demands: Sequence[JobDemand], capacities: Sequence[PoolCapacity], col: Mapping[str, int]
+    ) -> np.ndarray:
+        """The LP's optimal shares as a dense (jobs × pools) array."""
+        n_jobs, n_pools = len(demands), len(capacities)
+        pairs = [
+            (j, col[p], g, g * d.value_per_gpu.get(p, 0.0))
+            for j, d in enumerate(demands)
+            for p, g in d.gpus_needed.items()
+        ]
+        n = len(pairs)
+        share = np.zeros((n_jobs, n_pools))
+        if n == 0:
+            return share
+        job = np.array([q[0] for q in pairs], dtype=np.int64)
+        pool = np.array([q[1] for q in pairs], dtype=np.int64)
+        need = np.array([q[2] for q in pairs], dtype=float)
+        cols = np.arange(n)
+        # Rows: one per job (shares sum to at most 1), then one per pool (capacity).
+        A = sp.csc_matrix(
+            (
+                np.concatenate([np.ones(n), need]),
+                (np.concatenate([job, n_jobs + pool]), np.concatenate([cols, cols])),
+            ),
+            shape=(n_jobs + n_pools, n),
+        )
+        cap = np.zeros(n_pools)
+        for c in capacities:
+            cap[col[c.pool_id]] = c.capacity_gpus
+        lp = MilpArrays(
+            c=np.array([q[3] for q in pairs], dtype=float),
+            A=A,
+            row_lo=np.full(n_jobs + n_pools, -np.inf),
+            row_hi=np.concatenate([np.ones(n_jobs), cap]),
+            col_lo=np.zeros(n),
+            col_hi=np.ones(n),
+            integrality=np.zeros(n, dtype=np.int64),
+            n_x=n,
+            row_names=(),
+        )
+        res = solve_milp(lp, time_limit_s=math.inf, mip_rel_gap=0.0, relax=True)
+        if res.x is None or res.status != "optimal":
+            raise SolverError(f"budget books: LP {res.status} ({res.message})")
+        share[job, pool] = np.clip(res.x, 0.0, 1.0)
+        return share
 
     def _book(
         self,

@@ -46,8 +46,8 @@ class MilpResult:
 
 @contextlib.contextmanager
 def quiet_stdout() -> Iterator[None]:
-    """Silence fd 1: HiGHS prints a banner the first time a ``Highs`` is built in a process
-    (directly or through cvxpy), before any option can turn output off."""
+    """Silence fd 1: HiGHS prints a banner the first time a ``Highs`` is built in a process,
+    before any option can turn output off."""
     try:
         fd = sys.stdout.fileno()
     except (AttributeError, OSError, ValueError):
@@ -118,7 +118,7 @@ def solve_milp(
         h.setOptionValue("mip_rel_gap", float(mip_rel_gap))
         h.setOptionValue("random_seed", 0)
         # One thread: measured faster here than HiGHS' default. HiGHS has one process-wide task
-        # scheduler; another solve (e.g. cvxpy's HiGHS) may have started it with another size,
+        # scheduler; another solve (another library's HiGHS) may have started it with another size,
         # which makes run() fail, so reset it first.
         h.setOptionValue("threads", 1)
         h.resetGlobalScheduler(True)  # noqa: FBT003  pybind signature is positional-only
