@@ -29,6 +29,15 @@ planner.search_rounds = [1, 2]
 """
 
 
+WALL_CLOCK_KNOB = """
+[sweep]
+scenarios = ["smoke"]
+planners = ["koi"]
+[knobs]
+selector.time_limit_s = 1.0
+"""
+
+
 def test_the_grid_crosses_knob_settings_with_koi_planners_only() -> None:
     sweep = parse_sweep(GRID)
     assert sweep.seeds == (0, 1)
@@ -117,6 +126,7 @@ def test_sweep_command_writes_json_lines_and_a_table_per_scenario(
         ),
         ("[sweep]\nscenarios = ['smoke']\nplanners = ['koi']\n[knobs]\nx = []\n", "empty list"),
         ("[sweep\n", "not valid TOML"),
+        (WALL_CLOCK_KNOB, "without wall-clock limits"),
     ],
 )
 def test_bad_sweeps_fail_naming_what_is_wrong(text: str, message: str) -> None:

@@ -35,6 +35,8 @@ from koi.errors import InvalidInput
 __all__ = ["Sweep", "SweepResult", "load_sweep", "parse_sweep", "run_sweep", "sweep_line"]
 
 _SWEEP_KEYS = ("scenarios", "planners", "seeds")
+#: Knobs the bench overrides (koi.baselines.koi_config): refused rather than silently ignored.
+_WALL_CLOCK_KNOBS = frozenset({"selector.time_limit_s", "planner.proposer_timeout_s"})
 
 Knobs = tuple[tuple[str, Any], ...]
 
@@ -139,6 +141,11 @@ def parse_sweep(text: str, *, source: str = "<sweep>") -> Sweep:
     check_planners(planners, where=f"{source}: sweep.planners")
     knobs: list[tuple[str, tuple[Any, ...]]] = []
     for path, value in _flatten(doc.get("knobs", {})):
+        if path in _WALL_CLOCK_KNOBS:
+            raise InvalidInput(
+                f"{source}: knobs.{path}: koi bench runs without wall-clock limits (a run must "
+                "not depend on how fast the machine is), so this knob would have no effect"
+            )
         values = tuple(value) if isinstance(value, list) else (value,)
         if not values:
             raise InvalidInput(f"{source}: knobs.{path}: an empty list sets nothing")
