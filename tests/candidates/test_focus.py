@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import attrs
 import pytest
 
 from koi.beliefs import Beta
@@ -184,3 +185,38 @@ def test_an_untested_mechanism_gets_a_ladder_in_its_scope(
     untested = mechanism("gpu == H100-SXM and quant == fp8", Beta.uniform())
     tested = propose(proposer, chat, snapshot, max_candidates=4, mechanisms=(untested,))
     assert any(in_scope(lad) for lad in tested)
+
+
+@pytest.mark.parametrize(
+    "precisions", [("bf16",), ("fp8",), ("int4",), ("bf16", "int4"), ("bf16", "fp8", "int4")]
+)
+def test_proposals_and_sizings_keep_to_the_job_precisions(
+    proposer: DefaultProposer, snapshot: ClusterSnapshot, chat: Job, precisions: tuple[str, ...]
+) -> None:
+    job = attrs.evolve(chat, precisions=precisions)
+    ladders = propose(proposer, job, snapshot, incumbent=None)
+    assert ladders
+    used = {r.chain.config.quant.value for lad in ladders for r in lad.ranks}
+    assert used <= set(precisions)
+    sized = proposer.generator.screener.sized_options(
+        job, [p.environment for p in snapshot.pools], example_gpus(), now_s=0.0
+    )
+    assert sized
+    # Every precision the job accepts is searched (both example GPUs have FP8 tensor cores),
+    # and no other.
+    assert {s.option.config.quant.value for s in sized} == set(precisions)
+
+
+def test_neighbours_of_an_incumbent_the_policy_forbids_are_not_proposed(
+    proposer: DefaultProposer, snapshot: ClusterSnapshot, chat: Job, incumbent: Ladder
+) -> None:
+    # The owner narrowed the job to FP8 while it runs BF16: no ±1-replica BF16 neighbour.
+    job = attrs.evolve(chat, precisions=["fp8"])
+    ladders = propose(proposer, job, snapshot, incumbent=incumbent)
+    assert ladders
+    assert all(job.precision_problem(lad) is None for lad in ladders)
+    # Under the default policy the incumbent's BF16 neighbours are proposed.
+    neighbours = propose(proposer, chat, snapshot, incumbent=incumbent)
+    assert any(
+        lad.ranks[0].chain == incumbent.ranks[0].chain and lad != incumbent for lad in neighbours
+    )

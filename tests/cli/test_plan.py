@@ -3,10 +3,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import pytest
 
 from koi.cli import main
-from koi.types import ClusterSnapshot, to_json
+from koi.types import ActiveDeployment, Chain, ClusterSnapshot, Config, Ladder, Rank, to_json
 from tests.planner._world import chat_job, pools
 
 
@@ -45,3 +46,28 @@ def test_plan_names_the_bad_field(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["plan", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "jobs[0].model: required field missing" in err
+
+
+def test_plan_keeps_a_bf16_only_job_on_bf16_and_says_why_int4_was_rejected(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The owner allows BF16 only, while the job still runs the INT4 ladder an earlier plan chose.
+    job = attrs.evolve(chat_job(rate=2.0), precisions=["bf16"])
+    env = next(p.environment for p in pools() if p.environment.gpu == "L40S")
+    int4 = Ladder((Rank(Chain(job.model, env, Config(quant="int4")), 1),))
+    snap = ClusterSnapshot(0.0, [job], pools(), [ActiveDeployment(job.id, int4)])
+    path = tmp_path / "bf16.json"
+    path.write_text(to_json(snap))
+    assert main(["plan", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "chat: reconfigure" in text
+    assert "precisions: bf16 (job policy: fp8, int4 ladders are infeasible, C2)" in text
+    assert (
+        "tp1 pp1 int4 batch256: C2: precision policy: ranks[0]: int4 is outside the accepted "
+        "precisions (bf16) of job chat" in text
+    )
+    assert main(["plan", str(path), "--json"]) == 0
+    (out,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert out["precisions"] == ["bf16"]
+    assert {r["chain"]["config"]["quant"] for r in out["ladder"]["ranks"]} == {"bf16"}
+    assert out["rejected"][0]["why"].startswith("C2: precision policy")

@@ -29,6 +29,7 @@ SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 JOB = attrs.evolve(  # a tight TPOT bound the candidate meets with little room to spare
     chat_job(rate=6.0),
     target=attrs.evolve(chat_job().target, p99_tpot_ms=20.0),
+    precisions=["bf16", "fp8", "int4"],  # the candidate is INT4: the owner lists it
 )
 
 
@@ -98,3 +99,51 @@ def test_tau_rejects_risky_changes_but_never_a_running_ladder() -> None:
     keep = keep_eval.evaluate(JOB, ladder, key="keep").report
     assert keep.kind is ActionKind.KEEP
     assert not keep.rejected
+
+
+def test_a_precision_the_owner_does_not_list_is_c2_infeasible_even_when_running() -> None:
+    state = Planner.initial_state(KoiConfig())
+    ladder = _ladder()  # INT4
+    bf16_only = attrs.evolve(JOB, precisions=["bf16"])
+    placed = _evaluator(state).evaluate(bf16_only, ladder, key="c")
+    assert placed.candidate is None
+    assert placed.report.rejected == (
+        "C2: precision policy: ranks[0]: int4 is outside the accepted precisions (bf16) of job chat"
+    )
+    assert _evaluator(state).evaluate(JOB, ladder, key="c").candidate is not None
+    # Unlike risk (C3), the policy rejects the running ladder too: it is the owner's call.
+    snapshot = ClusterSnapshot(
+        0.0, [bf16_only], pools(gpus=("L40S",), per_pool=4), [ActiveDeployment(JOB.id, ladder)]
+    )
+    keep_eval = Evaluator(
+        snapshot=snapshot,
+        state=state,
+        surrogate=SURROGATE,
+        gpus=CATALOG.gpus,
+        models=CATALOG.models,
+        dag=default_dag(),
+        cfg=KoiConfig(),
+        reference_cost={JOB.id: 0.2},
+    )
+    keep = keep_eval.evaluate(bf16_only, ladder, key="keep").report
+    assert keep.kind is ActionKind.KEEP
+    assert keep.rejected.startswith("C2: precision policy")
+
+
+def test_the_planner_moves_a_job_off_a_precision_its_owner_withdrew() -> None:
+    ladder = _ladder()  # INT4 on one L40S
+    bf16_only = attrs.evolve(chat_job(rate=2.0), precisions=["bf16"])
+    snapshot = ClusterSnapshot(
+        0.0,
+        [bf16_only],
+        pools(gpus=("L40S", "H100-SXM"), per_pool=4),
+        [ActiveDeployment(bf16_only.id, ladder)],
+    )
+    result = Planner().tick(snapshot)
+    action = result.plan.action(bf16_only.id)
+    assert action.kind is ActionKind.RECONFIGURE
+    assert {r.chain.config.quant for r in action.ladder.ranks} == {Quant.BF16}
+    keep = next(c for c in result.candidates_for(bf16_only.id) if c.key == "keep")
+    assert keep.rejected.startswith("C2: precision policy: ranks[0]: int4")
+    chosen = [c for c in result.candidates if c.chosen]
+    assert all(bf16_only.precision_problem(c.ladder) is None for c in chosen)

@@ -366,3 +366,35 @@ def test_snapshot_fixture_is_consistent(snapshot: ClusterSnapshot) -> None:
     # Guards the fixtures above: the L4 pool really has 16 GPUs.
     assert snapshot.pool(L4).capacity_gpus == 16
     assert issubclass(PluginError, KoiError)
+
+
+def test_ladder_outside_the_job_precisions_is_rejected_naming_the_policy(
+    chat_server: Any, chat_job: Job, context: ProposalContext
+) -> None:
+    bf16_only = attrs.evolve(chat_job, precisions=["bf16"])
+    chat_server.answer(_ladder_with(lambda lad: lad["ranks"][0]["config"].update(quant="int4")))
+    batch = _host(_proposer(chat_server)).propose_ladders(bf16_only, _fresh(context))
+    assert not batch.errors
+    assert [lad.ranks[0].chain.config.quant for lad in batch.ladders] == [Quant.BF16]
+    (rejection,) = batch.rejections
+    assert "ladders[1]" in rejection.reason
+    assert "precision policy" in rejection.reason
+    assert "int4 is outside the accepted precisions (bf16)" in rejection.reason
+    # The same reply for a job that lists INT4 is taken whole.
+    with_int4 = attrs.evolve(chat_job, precisions=["bf16", "int4"])
+    whole = _host(_proposer(chat_server)).propose_ladders(with_int4, _fresh(context))
+    assert len(whole.ladders) == 2
+
+
+def test_prompt_schema_and_rules_carry_the_job_precisions(
+    chat_server: Any, chat_job: Job, context: ProposalContext
+) -> None:
+    chat_server.answer(VALID)
+    _host(_proposer(chat_server)).propose_ladders(
+        attrs.evolve(chat_job, precisions=["bf16", "fp8"]), _fresh(context)
+    )
+    system = chat_server.requests[-1]["messages"][0]["content"]
+    facts = json.loads(chat_server.requests[-1]["messages"][1]["content"])
+    assert facts["job"]["precisions"] == ["bf16", "fp8"]
+    assert '"quant":{"enum":["bf16","fp8"]}' in system
+    assert "precisions" in system

@@ -171,3 +171,39 @@ def test_protocol_flags_bad_input_exit_2(
     err = capsys.readouterr().err
     assert message in err
     assert "Traceback" not in err
+
+
+_L4_8B = ["--model", "Llama-3.1-8B", "--gpu", "L4", "--tp", "1", "--isl", "500", "--osl", "100"]
+
+
+def test_precisions_flag_prints_the_policy_verdict(capsys: pytest.CaptureFixture[str]) -> None:
+    int4 = [*_L4_8B, "--rate", "1", "--analytic", "--quant", "int4"]
+    assert main(["predict", *int4, "--precisions", "bf16,fp8"]) == 0
+    text = capsys.readouterr().out
+    assert text.splitlines()[0] == (
+        "infeasible for this job (C2): precision policy: int4 is outside the accepted "
+        "precisions (bf16, fp8)"
+    )
+    assert "p99_tpot_ms" in text  # the prediction is still shown
+    d = _run(capsys, *int4, "--precisions", "int4,bf16")
+    assert d["precision_policy"] == {
+        "precisions": ["bf16", "int4"],
+        "accepted": True,
+        "reason": None,
+    }
+    assert "precision_policy" not in _run(capsys, *int4)
+    # An FP8 KV cache is an FP8 precision: refused for a BF16-only job, named as the KV cache.
+    kv = [*_L4_8B, "--rate", "1", "--analytic", "--kv-cache-dtype", "fp8"]
+    d = _run(capsys, *kv, "--precisions", "bf16")
+    assert d["precision_policy"]["reason"] == (
+        "precision policy: KV cache fp8 is outside the accepted precisions (bf16)"
+    )
+    assert _run(capsys, *kv, "--precisions", "bf16,fp8")["precision_policy"]["accepted"] is True
+
+
+def test_bad_precisions_flag_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*_L4_8B, "--rate", "1", "--precisions", "bf16,int8"]
+    assert main(["predict", *argv]) == 2
+    assert "--precisions: must be a comma-separated list of bf16, fp8, int4" in (
+        capsys.readouterr().err
+    )

@@ -6,8 +6,9 @@ scoring functions, and the telemetry koi sizes with: an online job whose observe
 exceeds its declaration by more than koi's drift tolerance is planned for the observed rate,
 by koi's own rule (:func:`koi.candidates.with_observed_rate`) — but none of koi's evidence,
 risk band or exploration.  :func:`safe_plan` replays the host's admission checks (C1 capacity
-in whole instances, C2 feasibility, one chain per ladder, the job's own model) in the host's
-order, so a baseline never sends an action the simulated fleet would reject.
+in whole instances, C2 feasibility with the job's precision policy, one chain per ladder, the
+job's own model) in the host's order, so a baseline never sends an action the simulated fleet
+would reject.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ def safe_plan(
 
     Jobs are visited in :func:`host_order`; a stop frees its GPUs from then on, a change must
     fit every pool it touches in whole instances given everything decided before it (C1), and
-    each chain must be feasible (C2), distinct, and run the job's model.
+    each chain must be feasible (C2, including the job's precision policy), distinct, and run
+    the job's model.
     """
     pools = {p.id: p for p in snapshot.pools}
     current = snapshot.current_ladders
@@ -157,7 +159,7 @@ def safe_plan(
 
 def _ladder_ok(job: Job, ladder: Ladder, surrogate: Surrogate) -> bool:
     chains = [r.chain for r in ladder.ranks]
-    if len(set(chains)) != len(chains):
+    if len(set(chains)) != len(chains) or job.precision_problem(ladder) is not None:
         return False
     return all(c.model == job.model and surrogate.feasibility(c).ok for c in chains)
 
@@ -313,10 +315,13 @@ class Toolkit:
     def terms(
         self, job: Job, ladder: Ladder, snapshot: ClusterSnapshot, reference_cost: float
     ) -> JobTerms | None:
-        """``J_i`` and ``Switch_i`` of ``ladder`` for ``job``; ``None`` if infeasible (C2).
+        """``J_i`` and ``Switch_i`` of ``ladder`` for ``job``; ``None`` if infeasible (C2, the
+        job's precision policy included).
 
         No risk band and no exploration: the baselines score what the surrogate predicts.
         """
+        if job.precision_problem(ladder) is not None:
+            return None
         pred = self.predict(job, ladder, snapshot)
         if not pred.feasible:
             return None

@@ -130,7 +130,13 @@ class CandidateGenerator:
         picked: dict[Ladder, None] = {}  # ordered, with O(1) membership
 
         def add(ladder: Ladder | None) -> None:
-            if ladder is not None and ladder not in picked and len(picked) < limit:
+            # The incumbent's neighbours keep its precision, which the owner may forbid.
+            if (
+                ladder is not None
+                and ladder not in picked
+                and len(picked) < limit
+                and job.precision_problem(ladder) is None
+            ):
                 picked[ladder] = None
 
         for r in ranked[:2]:

@@ -149,7 +149,7 @@ class Screener:
         # a canonical rate lets a drifting job (and jobs sharing a workload shape) reuse it.
         if job.is_online:
             job = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=1.0))
-        key = (job.model, job.job_class, job.workload, job.target, env)
+        key = (job.model, job.job_class, job.workload, job.target, job.precisions, env)
         cached = self._screens.get(key)
         if cached is not None:
             return cached
@@ -158,6 +158,8 @@ class Screener:
         for config in self.configs(gpu, env.gpus_per_instance, env.multi_node):
             if time.monotonic() > deadline_s:
                 return None  # incomplete: not cached
+            if not job.accepts(config.quant):
+                continue  # the owner's precision policy
             # Pipeline parallelism only where tensor parallelism alone does not fit (the pp=1
             # configs come first): known before screening, so not screened at all.
             fit = (config.tp, config.quant, config.max_batch_size)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from koi.errors import InvalidInput
-from koi.types import ClusterSnapshot, from_json, to_data
+from koi.types import ClusterSnapshot, Job, Quant, from_json, to_data
 
 __all__ = ["register"]
 
@@ -26,6 +26,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--state", type=Path, default=None, help="planner checkpoint to resume")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_run)
+
+
+def _policy_text(job: Job) -> str:
+    """The job's precision policy in one line: what it accepts and what that rules out."""
+    accepted = ", ".join(q.value for q in job.precisions)
+    refused = [q.value for q in Quant if q not in job.precisions]
+    if not refused:
+        return f"precisions: {accepted} (every precision accepted)"
+    return f"precisions: {accepted} (job policy: {', '.join(refused)} ladders are infeasible, C2)"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -46,11 +55,18 @@ def _run(args: argparse.Namespace) -> int:
         candidates = result.candidates_for(action.job_id)
         chosen = next((c for c in candidates if c.chosen), None)
         runner_up = next((c for c in candidates if not c.chosen and not c.rejected), None)
-        rejected = [c for c in candidates if c.rejected]
+        # Policy rejections first: they say why a ladder the user may expect is not taken.
+        rejected = sorted(
+            (c for c in candidates if c.rejected),
+            key=lambda c: "precision policy" not in c.rejected,
+        )
+        spec = snapshot.job(action.job_id)
         explained.append(
             {
                 "job_id": action.job_id,
                 "action": action.kind.value,
+                "precisions": [q.value for q in spec.precisions],
+                "policy": _policy_text(spec),
                 "ladder": to_data(action.ladder),
                 "ladder_text": action.ladder.summary(),
                 "predicted": to_data(chosen.outcomes) if chosen and chosen.outcomes else None,
@@ -88,6 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"binding constraints: {', '.join(result.binding)}")
     for job in explained:
         print(f"\n{job['job_id']}: {job['action']}  {job['ladder_text']}")
+        print(f"  {job['policy']}")
         if job["predicted"]:
             p = job["predicted"]
             print(

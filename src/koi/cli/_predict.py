@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import enum
 import json
 import math
 import sys
@@ -30,6 +31,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tp", type=int, required=True, help="tensor parallel degree")
     p.add_argument("--pp", type=int, default=1, help="pipeline parallel degree (default 1)")
     p.add_argument("--quant", choices=["bf16", "fp8", "int4"], default="bf16")
+    p.add_argument(
+        "--precisions",
+        default=None,
+        metavar="LIST",
+        help="the job's accepted precisions, e.g. bf16,fp8: also print the policy verdict (C2)",
+    )
     p.add_argument("--engine", default="vllm", help="serving engine (vllm, sglang, trtllm)")
     p.add_argument("--max-batch", type=int, default=256, help="max running sequences")
     p.add_argument("--max-batched-tokens", type=int, default=8192, help="tokens per iteration")
@@ -221,6 +228,29 @@ def _protocol(args: argparse.Namespace) -> Any:
     return attrs.evolve(proto, **changes)
 
 
+def _precisions(text: str) -> tuple[Any, ...]:
+    """``--precisions bf16,fp8`` as the job's precision set; a bad name is one clear error."""
+    from koi.types import to_precisions
+
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    accepted = to_precisions(names)
+    if not names or not all(isinstance(q, enum.Enum) for q in accepted):
+        msg = f"--precisions: must be a comma-separated list of bf16, fp8, int4, got {text!r}"
+        raise InvalidInput(msg)
+    return accepted
+
+
+def _verdict(config: Any, accepted: tuple[Any, ...]) -> dict[str, Any]:
+    from koi.types import config_precision_verdict
+
+    reason = config_precision_verdict(config, accepted)
+    return {
+        "precisions": [q.value for q in accepted],
+        "accepted": reason is None,
+        "reason": None if reason is None else f"precision policy: {reason}",
+    }
+
+
 def _run(args: argparse.Namespace) -> int:
     from koi.catalog import load_catalog
     from koi.surrogate import AicProfiles, SurrogateConfig, predict_serving
@@ -229,6 +259,11 @@ def _run(args: argparse.Namespace) -> int:
     problem = _bad_input(args)
     if problem is not None:
         print(f"koi predict: error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        accepted = None if args.precisions is None else _precisions(args.precisions)
+    except InvalidInput as exc:
+        print(f"koi predict: error: {exc}", file=sys.stderr)
         return 2
     catalog = load_catalog()
     cfg = SurrogateConfig(use_replay=not args.analytic)
@@ -263,9 +298,19 @@ def _run(args: argparse.Namespace) -> int:
         environment=environment,
     )
     data = _finite(pred.to_dict())
+    policy = None if accepted is None else _verdict(config, accepted)
+    if policy is not None:
+        data["precision_policy"] = policy
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=True))
         return 0
+    if policy is not None:
+        if policy["accepted"]:
+            used = config.quant.value + (" + fp8 KV" if config.kv_cache_dtype == "fp8" else "")
+            print(f"precision policy: {used} accepted ({args.precisions})")
+        else:
+            # What the deployment would do is still shown: the policy is not physics.
+            print(f"infeasible for this job (C2): {policy['reason']}")
     if not pred.feasible:
         print(f"infeasible: {pred.reason}")
         return 0

@@ -53,6 +53,7 @@ def summary(name_or_path: str) -> dict[str, Any]:
         "online_jobs": len(sc.online_jobs),
         "batch_jobs": len(sc.batch_jobs),
         "models": sorted({j.model for j in sc.jobs}),
+        "precisions": {j.id: [q.value for q in j.precisions] for j in sc.jobs},
         "events": len(sc.events),
     }
 

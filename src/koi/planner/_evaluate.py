@@ -309,6 +309,9 @@ class Evaluator:
     ) -> Evaluated:
         """Predict, validate (C2, C3) and score one ladder for ``job``.
 
+        C2 includes the job's precision policy (:meth:`~koi.types.Job.precision_problem`): a
+        ladder the owner does not accept is rejected before it is predicted.
+
         Candidates are screened with the surrogate's closed form; ``replay`` re-predicts with
         the replay engine (the planner does that for each job's short list).
         """
@@ -320,6 +323,9 @@ class Evaluator:
         else:
             kind = ActionKind.RECONFIGURE
         base = CandidateReport(job_id=job.id, key=key, kind=kind, ladder=ladder, sources=sources)
+        policy = job.precision_problem(ladder)
+        if policy is not None:  # the owner's call, whatever the surrogate would say
+            return Evaluated(attrs.evolve(base, rejected=f"C2: {policy}"), None)
         corrections = self.corrections(job)
         predict = self.surrogate.predict if replay else self.surrogate.screen
         pred = predict(job, ladder, now_s=self.snapshot.time_s, corrections=corrections)

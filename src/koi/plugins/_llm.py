@@ -166,6 +166,10 @@ class LlmProposer:
             except (SchemaViolation, KoiError) as exc:
                 out.append(Rejection(self.name, f"reply {exc}"))
                 continue
+            policy = job.precision_problem(ladder)
+            if policy is not None:
+                out.append(Rejection(self.name, f"reply {where}: {policy}", ladder))
+                continue
             if taken >= limit:
                 out.append(Rejection(self.name, f"{where}: over the limit of {limit}", ladder))
                 continue

@@ -21,6 +21,8 @@ A ladder is a list of ranks; a rank is `replicas` identical copies of the job's 
 pool (an instance type in one cloud, region and market) under one serving config.
 Rules:
 - Use only pools listed in `pools`, with the GPU that pool sells, and the job's model.
+- Use only the weight precisions (`quant`) listed in the job's `precisions`: the job's owner
+  decides which precisions are acceptable for its answers.
 - tp*pp GPUs per copy; a copy must fit on one instance unless the pool is `multi_node`.
 - Stay within each pool's `free_gpus`, and within the job's budget when one is given.
 - Propose at most {max_candidates} ladders, most promising first; prefer ladders that differ
@@ -94,5 +96,6 @@ def build_messages(
         "round": context.round,
         "max_candidates": max_candidates,
     }
-    system = _SYSTEM.format(max_candidates=max_candidates, schema=dumps(reply_schema(config)))
+    schema = reply_schema(config, quants=job.precisions)
+    system = _SYSTEM.format(max_candidates=max_candidates, schema=dumps(schema))
     return [{"role": "system", "content": system}, {"role": "user", "content": dumps(facts)}]

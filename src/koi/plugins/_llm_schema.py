@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from koi.plugins._llm_config import LlmConfig
@@ -162,8 +162,12 @@ def parse_reply(text: str, limits: LlmConfig) -> list[Any]:
     return ladders
 
 
-def reply_schema(limits: LlmConfig) -> dict[str, Any]:
-    """The same schema as JSON Schema, to show the model in the prompt."""
+def reply_schema(limits: LlmConfig, *, quants: Sequence[Quant] | None = None) -> dict[str, Any]:
+    """The same schema as JSON Schema, to show the model in the prompt.
+
+    ``quants`` narrows the ``quant`` enum to the precisions the job accepts (every precision
+    when ``None``); a ladder outside them is rejected after parsing, naming the policy.
+    """
 
     def integer(lo: int, hi: int) -> dict[str, Any]:
         return {"type": "integer", "minimum": lo, "maximum": hi}
@@ -176,7 +180,7 @@ def reply_schema(limits: LlmConfig) -> dict[str, Any]:
         "properties": {
             "tp": integer(1, limits.max_parallel),
             "pp": integer(1, limits.max_parallel),
-            "quant": {"enum": list(_QUANTS)},
+            "quant": {"enum": list(_QUANTS if quants is None else (q.value for q in quants))},
             "max_batch_size": integer(1, _MAX_BATCH),
             "max_batched_tokens": integer(1, _MAX_TOKENS),
             "engine": {"enum": list(_ENGINES)},

@@ -54,9 +54,10 @@ def reference_cost_per_token(
     """Cheapest cost per output token over the fleet's chains, averaged over the offered mix.
 
     For each job, every pool of the fleet and every ``tp`` in 1, 2, 4, 8 with BF16 or FP8
-    weights that passes feasibility is priced at saturation (:func:`replica_capacity` under the
-    truth); the job's cheapest USD per token is weighted by the output tokens it offers over the
-    run (online: rate × time after arrival × mean output; batch: requests × mean output).
+    weights (those of the two the job accepts) that passes feasibility is priced at saturation
+    (:func:`replica_capacity` under the truth); the job's cheapest USD per token is weighted by
+    the output tokens it offers over the run (online: rate × time after arrival × mean output;
+    batch: requests × mean output).
     ``capacity(chain, workload)`` is the truth's saturated output tokens/s of one replica.
     """
     from koi.surrogate import feasibility
@@ -74,13 +75,15 @@ def reference_cost_per_token(
             tokens = (w.rate_rps or 0.0) * max(0.0, duration_s - job.arrival_s) * w.output_len.mean
         else:
             tokens = (w.total_requests or 0) * w.output_len.mean
+        # BF16 and FP8 where the job accepts them; its own precisions if it accepts neither.
+        quants = [q for q in (Quant.BF16, Quant.FP8) if job.accepts(q)] or list(job.precisions)
         best = float("inf")
         for pool in pools:
             gpu = gpus.get(pool.environment.gpu)
             if gpu is None:
                 continue
             for tp in (1, 2, 4, 8):
-                for quant in (Quant.BF16, Quant.FP8):
+                for quant in quants:
                     config = Config(tp=tp, quant=quant)
                     env = pool.environment
                     fkey = (model.name, gpu.name, env.gpus_per_instance, env.multi_node, config)

@@ -73,7 +73,7 @@ class FirstFit:
     """Keeps what runs; places each pending job on the first chain that fits.
 
     Chains are tried pool by pool (snapshot order, or by descending HBM bandwidth when
-    ``fastest_first``) with ``tp`` = 1, 2, 4, 8 and ``quants``; the
+    ``fastest_first``) with ``tp`` = 1, 2, 4, 8 and those of ``quants`` the job accepts; the
     replica count is ``ceil(headroom × demand / capacity)`` where ``capacity`` is the output
     token rate of one replica at a batch of ``latency_batch`` sequences under the surrogate's
     operator model (prefill included) and
@@ -128,6 +128,8 @@ class FirstFit:
                 continue
             for tp in (1, 2, 4, 8):
                 for quant in self.quants:
+                    if not job.accepts(quant):
+                        continue
                     config = Config(tp=tp, quant=quant)
                     if config.gpus > free.get(pool.id, 0):
                         continue

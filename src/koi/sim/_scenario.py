@@ -21,6 +21,7 @@ import attrs
 
 from koi.errors import InvalidInput, KoiError
 from koi.types import (
+    DEFAULT_PRECISIONS,
     Environment,
     Job,
     JobClass,
@@ -292,6 +293,7 @@ _JOB_KEYS = {
     "p99_tpot_ms",
     "deadline_min",
     "weights",
+    "precisions",
 }
 _LENGTH_KEYS = {"mean", "cv", "max"}
 _WEIGHT_KEYS = {f.name for f in attrs.fields(ObjectiveWeights)}
@@ -389,6 +391,7 @@ def _job(raw: Any, where: str) -> Job:
             priority=t.get("priority", 0),
             arrival_s=arrival_s,
             quota_group=t.get("quota_group"),
+            precisions=t.get("precisions", DEFAULT_PRECISIONS),
         ),
     )
 

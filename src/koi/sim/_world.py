@@ -311,6 +311,9 @@ class World(Serving):
     # -- checks every policy gets -----------------------------------------------------------
 
     def _ladder_problem(self, job: Job, ladder: Ladder) -> str | None:
+        policy = job.precision_problem(ladder)
+        if policy is not None:
+            return f"infeasible (C2): {policy}"
         seen: set[Chain] = set()
         for k, rank in enumerate(ladder.ranks):
             chain = rank.chain
@@ -334,7 +337,8 @@ class World(Serving):
     # -- plans ------------------------------------------------------------------------------
 
     def apply(self, plan: Plan) -> ApplyResult:
-        """Apply ``plan`` after the safety checks (C1 capacity, C2 feasibility, known pools).
+        """Apply ``plan`` after the safety checks (C1 capacity, C2 feasibility and the job's
+        precision policy, known pools).
 
         A rejected action leaves its job as it was (active jobs keep their ladder, pending ones
         stay pending) and is recorded with its reason.  Jobs without an action are kept or

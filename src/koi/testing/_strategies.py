@@ -14,7 +14,7 @@ import functools
 import math
 import string
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
 import attrs
@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from koi.errors import InvalidInput
 from koi.types import (
+    DEFAULT_PRECISIONS,
     KV_CACHE_DTYPES,
     ActionKind,
     ActiveDeployment,
@@ -75,6 +76,7 @@ __all__ = [
     "outcomes",
     "plans",
     "pools",
+    "precision_sets",
     "quotas",
     "ranks",
     "resolutions",
@@ -350,14 +352,24 @@ def objective_weights() -> st.SearchStrategy[ObjectiveWeights]:
 
 
 @_lazy
+def precision_sets() -> st.SearchStrategy[tuple[Quant, ...]]:
+    """Non-empty sets of accepted precisions (``Job.precisions``), the default one often."""
+    return st.just(DEFAULT_PRECISIONS) | st.sets(st.sampled_from(Quant), min_size=1).map(
+        lambda qs: tuple(q for q in Quant if q in qs)
+    )
+
+
+@_lazy
 def jobs(
     *,
     ids: st.SearchStrategy[str] | None = None,
     models: st.SearchStrategy[str] | None = None,
     job_class: JobClass | None = None,
+    precisions: st.SearchStrategy[tuple[Quant, ...]] | None = None,
 ) -> st.SearchStrategy[Job]:
     """:class:`~koi.types.Job` values whose workload and target match their class."""
     class_st = _class_st(job_class)
+    precision_st = precision_sets() if precisions is None else precisions
     id_st = _default_names() if ids is None else ids
     model_st = (
         st.sampled_from(("Llama-3.1-8B", "Qwen3-32B", "Llama-3.1-70B"))
@@ -382,23 +394,29 @@ def jobs(
             arrival_s=draw(_floats(0.0, 1e6)),
             quota_group=draw(st.none() | _default_names()),
             completed_requests=draw(st.integers(0, total)) if total else 0,
+            precisions=draw(precision_st),
         )
 
     return build()
 
 
 @_lazy
-def configs(*, max_tp: int = 8, max_pp: int = 4) -> st.SearchStrategy[Config]:
-    """Serving configs with power-of-two ``tp <= max_tp`` and ``pp <= max_pp``."""
+def configs(
+    *, max_tp: int = 8, max_pp: int = 4, quants: Sequence[Quant] | None = None
+) -> st.SearchStrategy[Config]:
+    """Serving configs with power-of-two ``tp <= max_tp`` and ``pp <= max_pp``, quantized to
+    one of ``quants`` (any precision when ``None``; an FP8 KV cache only where FP8 is in)."""
     _int_bounds("tp", 1, max_tp, least=1)
     _int_bounds("pp", 1, max_pp, least=1)
+    if quants is not None and not quants:
+        raise InvalidInput("quants: must name at least one precision, got none")
     tps = [2**k for k in range(8) if 2**k <= max_tp]
     return st.builds(
         Config,
         engine=st.sampled_from(("vllm", "sglang", "trtllm")),
         tp=st.sampled_from(tps),
         pp=st.integers(1, max_pp),
-        quant=st.sampled_from(Quant),
+        quant=st.sampled_from(tuple(Quant) if quants is None else tuple(quants)),
         max_batch_size=st.integers(1, 1024),
         max_batched_tokens=st.integers(64, 65536),
         routing=st.sampled_from(Routing),
@@ -406,7 +424,10 @@ def configs(*, max_tp: int = 8, max_pp: int = 4) -> st.SearchStrategy[Config]:
         cuda_graphs=st.booleans(),
         chunked_prefill=st.booleans(),
         max_model_len=st.none() | st.integers(256, 131072),
-        kv_cache_dtype=st.sampled_from(KV_CACHE_DTYPES),
+        # An FP8 KV cache is an FP8 precision too: only where ``quants`` has FP8.
+        kv_cache_dtype=st.sampled_from(
+            KV_CACHE_DTYPES if quants is None or Quant.FP8 in quants else ("auto",)
+        ),
     )
 
 
@@ -613,9 +634,9 @@ def snapshots(
     max_pools: int = 4,
     jobs: st.SearchStrategy[Job] | None = None,
 ) -> st.SearchStrategy[ClusterSnapshot]:
-    """Consistent snapshots: unique ids, active ladders on the snapshot's own pools and the
-    job's model, pool capacities that hold every active ladder, and quotas (for some of the
-    jobs' quota groups) that hold what each group already runs."""
+    """Consistent snapshots: unique ids, active ladders on the snapshot's own pools, the job's
+    model and the job's accepted precisions, pool capacities that hold every active ladder,
+    and quotas (for some of the jobs' quota groups) that hold what each group already runs."""
     _int_bounds("jobs", min_jobs, max_jobs)
     _int_bounds("pools", min_pools, max_pools, least=1)
     job_st = _jobs_default() if jobs is None else jobs
@@ -637,7 +658,12 @@ def snapshots(
         for job in job_list:
             if not draw(st.booleans()):
                 continue
-            chain_st = chains(models=st.just(job.model), environments=st.sampled_from(envs))
+            # What runs is what the job's owner accepts (the host launched it under the policy).
+            chain_st = chains(
+                models=st.just(job.model),
+                environments=st.sampled_from(envs),
+                configs=configs(quants=job.precisions),
+            )
             ladder = draw(
                 ladders(ranks=ranks(chains=chain_st, max_replicas=4), min_size=1, max_size=2)
             )

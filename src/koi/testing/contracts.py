@@ -40,7 +40,7 @@ from koi.plugins import (
     make_plugin_manager,
     plugin_name,
 )
-from koi.types import ActionKind, Job, JobAction, Ladder, Plan, Rank
+from koi.types import ActionKind, Job, JobAction, Ladder, Plan, Quant, Rank
 
 __all__ = ["LauncherContract", "ProposerContract", "TelemetryContract"]
 
@@ -119,6 +119,19 @@ class ProposerContract:
         assert batch.ladders, "the proposer proposed nothing in its own test case"
         for ladder in batch.ladders:
             assert not ladder_problems(ladder, job, context)
+
+    def test_respects_the_precision_policy(
+        self, proposer: object, proposal_case: tuple[Job, ProposalContext]
+    ) -> None:
+        # Whatever the job's owner narrows its precisions to, nothing outside them comes back.
+        job, context = proposal_case
+        host = _host(proposer)
+        for quant in Quant:
+            narrowed = attrs.evolve(job, precisions=(quant,))
+            batch = host.propose_ladders(narrowed, context)
+            for ladder in batch.ladders:
+                problem = narrowed.precision_problem(ladder)
+                assert problem is None, f"proposed against the job's policy: {problem}"
 
     def test_respects_max_candidates(
         self, proposer: object, proposal_case: tuple[Job, ProposalContext]

@@ -223,7 +223,8 @@ class StaticFleet:
 
 @attrs.frozen
 class FixedProposer:
-    """Proposes the same ladders for a job every time (job id -> ladders).
+    """Proposes the same ladders for a job every time (job id -> ladders), but none the job's
+    precision policy rules out.
 
     .. versionadded:: 0.1
     """
@@ -233,4 +234,10 @@ class FixedProposer:
 
     @hookimpl
     def koi_propose_ladders(self, job: Job, context: ProposalContext) -> Iterable[Ladder]:
-        return self.ladders.get(job.id, ())[: context.max_candidates]
+        # Non-ladders pass through: tests use them to check the host's own validation.
+        accepted = [
+            lad
+            for lad in self.ladders.get(job.id, ())
+            if not isinstance(lad, Ladder) or job.precision_problem(lad) is None
+        ]
+        return accepted[: context.max_candidates]

@@ -29,15 +29,20 @@ from koi.types._snapshot import (
 )
 from koi.types._telemetry import Mediators, Observation, Outcomes, Resolution, variable_names
 from koi.types._workload import (
+    DEFAULT_PRECISIONS,
     MIN_BATCH_WINDOW_S,
     Job,
     LengthDist,
     ObjectiveWeights,
     ServingTarget,
     WorkloadProfile,
+    config_precision_verdict,
+    precision_verdict,
+    to_precisions,
 )
 
 __all__ = [
+    "DEFAULT_PRECISIONS",
     "KV_CACHE_DTYPES",
     "MIN_BATCH_WINDOW_S",
     "ActionKind",
@@ -73,10 +78,13 @@ __all__ = [
     "Routing",
     "ServingTarget",
     "WorkloadProfile",
+    "config_precision_verdict",
     "from_data",
     "from_json",
+    "precision_verdict",
     "to_data",
     "to_json",
     "to_market",
+    "to_precisions",
     "variable_names",
 ]

@@ -9,12 +9,16 @@ import cattrs
 from cattrs.errors import ClassValidationError, IterableValidationError
 
 from koi.errors import InvalidInput, KoiError
+from koi.types._enums import Quant
 
 __all__ = ["from_data", "from_json", "to_data", "to_json"]
 
 T = TypeVar("T")
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
+# A job's precision set is checked by Job's own converter and validator, which name the whole
+# field (a bare string would otherwise be read letter by letter).
+_converter.register_structure_hook_func(lambda t: t == tuple[Quant, ...], lambda value, _t: value)
 
 
 class _NotCoerced(TypeError):

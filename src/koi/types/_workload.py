@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Any
+
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._enums import Arrival, JobClass, Outcome, to_arrival, to_job_class
+from koi.types._deploy import Config, Ladder
+from koi.types._enums import Arrival, JobClass, Outcome, Quant, to_arrival, to_job_class, to_quant
 from koi.types.validators import (
     fraction,
     identifier,
@@ -19,6 +23,7 @@ from koi.types.validators import (
 )
 
 __all__ = [
+    "DEFAULT_PRECISIONS",
     "MAX_PRIORITY",
     "MIN_BATCH_WINDOW_S",
     "Job",
@@ -26,11 +31,18 @@ __all__ = [
     "ObjectiveWeights",
     "ServingTarget",
     "WorkloadProfile",
+    "config_precision_verdict",
+    "precision_verdict",
+    "to_precisions",
 ]
 
 # Priorities are levels, not weights: a million of them is plenty, and the selector keeps them
 # in 64-bit integers.
 MAX_PRIORITY = 1_000_000
+
+#: What a job accepts unless its owner says otherwise: BF16 and FP8 weights.  INT4 changes a
+#: model's answers more than FP8 does, so it is used only where the owner lists it.
+DEFAULT_PRECISIONS: tuple[Quant, ...] = (Quant.BF16, Quant.FP8)
 
 
 @attrs.frozen
@@ -119,11 +131,54 @@ class ObjectiveWeights:
 MIN_BATCH_WINDOW_S = 60.0
 
 
+def precision_verdict(quant: Quant, accepted: Collection[Quant]) -> str | None:
+    """The precision rule: ``None`` when ``accepted`` holds ``quant``, else why it does not."""
+    if quant in accepted:
+        return None
+    names = ", ".join(q.value for q in Quant if q in accepted)
+    return f"{quant.value} is outside the accepted precisions ({names})"
+
+
+def config_precision_verdict(config: Config, accepted: Collection[Quant]) -> str | None:
+    """The precision rule for one serving config: its weights, and its KV cache when that is
+    quantized (``kv_cache_dtype = "fp8"`` needs FP8 accepted; ``auto`` keeps the activations'
+    BF16 and is never refused)."""
+    weights = precision_verdict(config.quant, accepted)
+    if weights is not None:
+        return weights
+    if config.kv_cache_dtype == "fp8":
+        kv = precision_verdict(Quant.FP8, accepted)
+        if kv is not None:
+            return f"KV cache {kv}"
+    return None
+
+
+def to_precisions(value: Any) -> tuple[Quant, ...]:
+    """Converter: any iterable of precision names becomes a duplicate-free tuple in the
+    canonical order (bf16, fp8, int4); anything else is left for the validator to name."""
+    if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
+        return value  # type: ignore[no-any-return]
+    items = [to_quant(v) for v in value]
+    if not all(isinstance(q, Quant) for q in items):
+        return tuple(items)
+    return tuple(q for q in Quant if q in items)
+
+
+def _precision_set(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    choices = ", ".join(q.value for q in Quant)
+    if not isinstance(value, tuple) or not value or not all(isinstance(q, Quant) for q in value):
+        msg = f"{attribute.name}: must be a non-empty list of {choices}, got {value!r}"
+        raise InvalidInput(msg)
+
+
 @attrs.frozen
 class Job:
     """One LLM job: a model, a workload, a class and its serving target.
 
     ``completed_requests`` is the host's progress count for batch jobs (0 for online jobs).
+    ``precisions`` are the weight (and quantized KV-cache) precisions the job's owner accepts
+    (default :data:`DEFAULT_PRECISIONS`: BF16 and FP8; INT4 only when listed).  A ladder with
+    any other precision is infeasible for the job (C2); see :meth:`precision_problem`.
     """
 
     id: str = attrs.field(validator=identifier)
@@ -137,6 +192,9 @@ class Job:
     arrival_s: float = attrs.field(default=0.0, validator=non_negative)
     quota_group: str | None = None
     completed_requests: int = attrs.field(default=0, validator=non_negative_int)
+    precisions: tuple[Quant, ...] = attrs.field(
+        default=DEFAULT_PRECISIONS, converter=to_precisions, validator=_precision_set
+    )
 
     def __attrs_post_init__(self) -> None:
         w, t = self.workload, self.target
@@ -160,6 +218,21 @@ class Job:
     @property
     def is_online(self) -> bool:
         return self.job_class is JobClass.ONLINE
+
+    def accepts(self, quant: Quant) -> bool:
+        """Whether the job's owner accepts weights in ``quant``."""
+        return precision_verdict(quant, self.precisions) is None
+
+    def precision_problem(self, ladder: Ladder) -> str | None:
+        """Why ``ladder`` breaks the job's precision policy, or ``None`` when it does not.
+
+        The one precision rule every planner, proposer and host check goes through.
+        """
+        for k, rank in enumerate(ladder.ranks):
+            verdict = config_precision_verdict(rank.chain.config, self.precisions)
+            if verdict is not None:
+                return f"precision policy: ranks[{k}]: {verdict} of job {self.id}"
+        return None
 
     @property
     def remaining_requests(self) -> int:
