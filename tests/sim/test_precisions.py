@@ -148,6 +148,15 @@ def _one_job(extra: str = "") -> str:
 [scenario]
 name = "one"
 duration_min = 10
+[[pools]]
+cloud = "onprem"
+region = "lab"
+market = "reserved"
+instance_type = "box"
+instances = 1
+gpu = "L4"
+gpus_per_instance = 1
+price_usd_per_h = 0.5
 [[jobs]]
 id = "chat"
 model = "Llama-3.1-8B"
