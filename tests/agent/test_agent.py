@@ -234,3 +234,31 @@ def test_a_restarted_agent_resumes_from_the_checkpoint(tmp_path: Path, log: Json
     second.tick_once()
     assert second.planner.state.tick == 3
     assert second.status()["resumed_from_tick"] == 2
+
+
+def test_the_agent_keeps_every_job_within_its_precisions(tmp_path: Path, log: JsonLog) -> None:
+    # The smoke scenario with each job narrowed to one precision the planner would not pick
+    # first: whatever the agent launches on its fleet stays inside each job's set.
+    import importlib.resources
+    import re
+
+    narrowed = {"chat-8b": "bf16", "mod-1b": "int4", "agent-30b": "fp8", "batch-qwen8b": "bf16"}
+    text = (importlib.resources.files("koi.sim") / "scenarios" / "smoke.toml").read_text()
+    for job_id, quant in narrowed.items():
+        pattern = rf'(id = "{job_id}"[^\[]*?\n)precisions = [^\n]*'
+        text, n = re.subn(pattern, rf'\1precisions = ["{quant}"]', text, count=1)
+        assert n == 1, job_id
+    scenario = tmp_path / "narrowed.toml"
+    scenario.write_text(text, encoding="utf-8")
+    fleet = SimulatedFleet(str(scenario))
+    agent = Agent(_config(tmp_path), plugins=[fleet], log=log)
+    for _ in range(3):
+        record = agent.tick_once()
+        assert record["outcome"] == "ok", record["errors"]
+    snap = fleet.world.snapshot()
+    assert {j.id: [q.value for q in j.precisions] for j in snap.jobs} == {
+        k: [v] for k, v in narrowed.items() if k in {j.id for j in snap.jobs}
+    }
+    assert snap.active
+    for dep in snap.active:
+        assert snap.job(dep.job_id).precision_problem(dep.ladder) is None

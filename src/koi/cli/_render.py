@@ -24,8 +24,9 @@ def register(subparsers: Any) -> None:
             "'-' reads standard input) into manifests in DIR: for --target k8s one YAML file "
             "per job (its Service and one Deployment or LeaderWorkerSet per rank), for "
             "--target skypilot one SkyServe service YAML per rank. Nothing is applied. A rank "
-            "that cannot be rendered is named on stderr and the exit code is 1; the other "
-            "files are still written."
+            "that cannot be rendered (among them a rank whose precision is outside the job's "
+            "`precisions` in the plan JSON) is named on stderr and the exit code is 1; the "
+            "other files are still written."
         ),
     )
     p.add_argument("plan", metavar="PLAN.json", help="plan JSON file, or - for stdin")
@@ -87,6 +88,18 @@ def _read(source: str) -> tuple[Any, str]:
         raise InvalidInput(msg) from None
 
 
+def _precisions(data: Any) -> dict[str, Any]:
+    """Each job's accepted precisions as ``koi plan --json`` lists them (jobs without: none)."""
+    jobs = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(jobs, list):
+        return {}
+    return {
+        j["job_id"]: j["precisions"]
+        for j in jobs
+        if isinstance(j, dict) and isinstance(j.get("job_id"), str) and "precisions" in j
+    }
+
+
 def _run(args: argparse.Namespace) -> int:
     from koi.catalog import load_catalog
     from koi.integrations.engine import EngineSettings, service_name
@@ -94,7 +107,11 @@ def _run(args: argparse.Namespace) -> int:
 
     data, where = _read(args.plan)
     plan = read_plan(data, where=where)
-    engine = EngineSettings(checkpoints=_pairs(args.checkpoint, "--checkpoint"))
+    checkpoints = _pairs(args.checkpoint, "--checkpoint")
+    try:
+        engine = EngineSettings(checkpoints=checkpoints, precisions=_precisions(data))
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: jobs: {exc}") from None
     images = _pairs(args.image, "--image")
     if images:
         engine = attrs.evolve(engine, images={**engine.images, **images})

@@ -20,17 +20,19 @@ import re
 import shlex
 import types
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types import Chain, Quant, to_data
+from koi.types import Chain, Quant, config_precision_verdict, to_data, to_precisions
 from koi.types.validators import identifier, positive_int
 
 __all__ = [
     "ENGINES",
     "EngineSettings",
     "chain_key",
+    "check_precision",
     "checkpoint",
     "dns_label",
     "engine_command",
@@ -56,6 +58,25 @@ def _checkpoints(_inst: object, attribute: attrs.Attribute[object], value: objec
             raise InvalidInput(msg)
 
 
+def _policies(value: Any) -> Mapping[str, tuple[Quant, ...]]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"precisions: must map job ids to precision lists, got {value!r}")
+    out = {}
+    for job_id, names in value.items():
+        accepted = to_precisions(names)
+        if (
+            not isinstance(job_id, str)
+            or not isinstance(accepted, tuple)
+            or not accepted
+            or not all(isinstance(q, Quant) for q in accepted)
+        ):
+            choices = ", ".join(q.value for q in Quant)
+            msg = f"precisions[{job_id!r}]: must be a non-empty list of {choices}, got {names!r}"
+            raise InvalidInput(msg)
+        out[job_id] = accepted
+    return types.MappingProxyType(out)
+
+
 def _images(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
     assert isinstance(value, Mapping)
     missing = sorted(set(ENGINES) - set(value))
@@ -79,6 +100,10 @@ class EngineSettings:
     KV-cache dtype) come from the chain's :class:`~koi.types.Config`, which is what the planner
     predicted.  ``extra_args`` are appended to every command.
 
+    ``precisions`` maps a job id to the precisions its owner accepts (``Job.precisions``); a
+    rank of that job whose weights or KV cache are quantized outside them is never rendered
+    (:func:`check_precision`), whoever wrote the plan.  Jobs not named are not checked here.
+
     .. versionadded:: 0.1
     """
 
@@ -96,6 +121,9 @@ class EngineSettings:
     #: seconds a replica may take to load its weights before its startup probe gives up
     startup_timeout_s: int = attrs.field(default=1800, validator=positive_int)
     extra_args: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    precisions: Mapping[str, tuple[Quant, ...]] = attrs.field(
+        factory=dict, converter=_policies, hash=False
+    )
 
     def image(self, engine: str) -> str:
         _check_engine(engine)
@@ -125,6 +153,19 @@ def checkpoint(model: str, quant: Quant, settings: EngineSettings) -> tuple[str,
         )
         raise InvalidInput(msg)
     return sources[model], False
+
+
+def check_precision(job_id: str, chain: Chain, precisions: Mapping[str, tuple[Quant, ...]]) -> None:
+    """Refuse (:class:`~koi.errors.InvalidInput`) a chain of ``job_id`` whose precision the
+    job's owner does not accept: the launcher is the last place a plan written by hand, by an
+    older koi or by another planner can be stopped before it serves answers the owner ruled out.
+    """
+    accepted = precisions.get(job_id)
+    if accepted is None:
+        return
+    reason = config_precision_verdict(chain.config, accepted)
+    if reason is not None:
+        raise InvalidInput(f"job {job_id!r}: precision policy: {reason}; not rendered")
 
 
 def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:

@@ -269,16 +269,33 @@ class KubernetesLauncher:
         return LaunchResult(w.job_id, w.requested, Ladder(tuple(up)), message)
 
     def _advisory(self, work: Sequence[_JobWork]) -> list[LaunchResult]:
+        # A rank that cannot be rendered (its engine, its precision) is named in the job's
+        # result; the job's other ranks are still written.
         files = {}
         for w in work:
-            files[f"{service_name(w.job_id)}.yaml"] = to_yaml(
-                render_job(w.job_id, w.requested, self.settings)
-            )
+            for r in w.ranks:
+                try:
+                    r.obj = render_rank(w.job_id, r.rank, self.settings)
+                except InvalidInput as exc:
+                    r.problem = str(exc)
+            objs = [r.obj for r in w.ranks if r.obj is not None]
+            if objs:
+                service = render_service(w.job_id, self.settings)
+                files[w.job_id] = (f"{service_name(w.job_id)}.yaml", to_yaml([service, *objs]))
         assert self.settings.out_dir is not None
-        paths = write_files(files, self.settings.out_dir)
+        paths = write_files(dict(files.values()), self.settings.out_dir)
         self.actions = [f"wrote {p}" for p in paths]
-        by_job = dict(zip([w.job_id for w in work], paths, strict=True))
-        return [self._result(w, f"advisory: manifests in {by_job[w.job_id]}") for w in work]
+        folder = self.settings.out_dir
+        results = []
+        for w in work:
+            head = (
+                f"advisory: manifests in {folder / files[w.job_id][0]}"
+                if w.job_id in files
+                else "advisory: nothing written"
+            )
+            problems = [f"not rendered: {r.problem}" for r in w.ranks if r.problem]
+            results.append(self._result(w, "; ".join([head, *problems])))
+        return results
 
     def _render(self, w: _JobWork, views: Mapping[str, PoolView], skipped: list[str]) -> None:
         carried = Counter(v.pool.environment.gpu for v in views.values())

@@ -20,6 +20,7 @@ import attrs
 from koi.errors import InvalidInput
 from koi.integrations.engine import (
     chain_key,
+    check_precision,
     engine_command,
     label_value,
     multi_node_commands,
@@ -158,10 +159,14 @@ def render_rank(
     """The workload of one rank: a Deployment, or a LeaderWorkerSet for a multi-node chain.
 
     ``placement`` defaults to :func:`placement_for` the rank's environment; ``replicas``
-    overrides the rank's count (zero retires a replaced rank without deleting it).
+    overrides the rank's count (zero retires a replaced rank without deleting it).  A rank
+    whose precision the job's owner does not accept is refused (``InvalidInput``), unless it
+    is being scaled to zero.
     """
     chain = rank.chain
     count = rank.replicas if replicas is None else replicas
+    if count > 0:
+        check_precision(job_id, chain, settings.precisions())
     place = placement or placement_for(chain.environment, settings)
     nodes = nodes_per_copy(chain)
     labels = _labels(job_id, chain, settings)

@@ -12,7 +12,7 @@ import attrs
 from koi.errors import InvalidInput
 from koi.integrations.engine import EngineSettings
 from koi.integrations.render import LaunchMode, to_mode
-from koi.types import Job, Market
+from koi.types import Job, Market, Quant
 from koi.types.validators import identifier, non_negative, optional, positive, to_tuple
 
 __all__ = ["KubernetesSettings", "NodeLabels"]
@@ -74,7 +74,8 @@ class KubernetesSettings:
     ``force_conflicts`` makes koi take over fields another field manager owns (an HPA's
     ``replicas``, a human's ``kubectl edit``) instead of reporting the conflict.  ``out_dir``
     is where ``advisory`` mode writes manifests.  ``jobs`` are the jobs the snapshot reports
-    (a cluster knows its workloads, not the SLOs behind them).
+    (a cluster knows its workloads, not the SLOs behind them); their precision policies, with
+    ``engine.precisions``, are what :meth:`precisions` holds every rendered rank to.
 
     .. versionadded:: 0.1
     """
@@ -113,3 +114,7 @@ class KubernetesSettings:
     spot_preemption_per_h: float | None = attrs.field(
         default=None, validator=optional(non_negative)
     )
+
+    def precisions(self) -> Mapping[str, tuple[Quant, ...]]:
+        """Each known job's accepted precisions: ``engine.precisions``, then ``jobs``'."""
+        return {**self.engine.precisions, **{j.id: j.precisions for j in self.jobs}}

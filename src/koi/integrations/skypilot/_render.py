@@ -13,7 +13,13 @@ import attrs
 
 from koi.catalog import Catalog
 from koi.errors import InvalidInput
-from koi.integrations.engine import EngineSettings, chain_key, dns_label, engine_command
+from koi.integrations.engine import (
+    EngineSettings,
+    chain_key,
+    check_precision,
+    dns_label,
+    engine_command,
+)
 from koi.integrations.render import LaunchMode, to_mode
 from koi.types import Chain, Environment, Ladder, Market, Rank
 from koi.types.validators import non_negative, optional, positive, to_tuple
@@ -130,8 +136,13 @@ def render_service_config(
     *,
     name: str | None = None,
 ) -> dict[str, Any]:
-    """The SkyServe service YAML (as data) that runs ``rank``: resources, service, run."""
+    """The SkyServe service YAML (as data) that runs ``rank``: resources, service, run.
+
+    A rank whose precision the job's owner does not accept (``settings.engine.precisions``)
+    is refused with ``InvalidInput``.
+    """
     chain = rank.chain
+    check_precision(job_id, chain, settings.engine.precisions)
     env = chain.environment
     if chain.gpus > env.gpus_per_instance:
         msg = (
