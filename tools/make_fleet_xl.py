@@ -69,6 +69,8 @@ def _value(v: Any) -> str:
         return f'"{v}"'
     if isinstance(v, dict):
         return "{ " + ", ".join(f"{k} = {_value(x)}" for k, x in v.items()) + " }"
+    if isinstance(v, list):
+        return "[" + ", ".join(_value(x) for x in v) + "]"
     if isinstance(v, float):
         return f"{round(v, 3):g}"
     return str(v)
