@@ -302,3 +302,49 @@ def test_histogram_quantile_matches_promql(
     else:
         assert est is not None
         assert (est.value, est.low, est.high) == pytest.approx(expected)
+
+
+def test_the_prefix_hit_rate_is_hits_over_queries(stub: StubPrometheus) -> None:
+    def answer(query: str) -> tuple[int, Any, float]:
+        m = {"model_name": "m"}
+        if "prefix_cache_hits" in query:
+            return 200, vector((m, "300")), 0
+        if "prefix_cache_queries" in query:
+            return 200, vector((m, "1000")), 0
+        return healthy(query)
+
+    stub.answer = answer
+    (o,) = plugin(stub.url).koi_collect_telemetry([("chat", RANK)], WINDOW)
+    assert o.measured("prefix_hit_rate") == pytest.approx(0.3)
+    assert any('vllm[:_]prefix_cache_hits_total"' in q and "rate(" in q for q in stub.queries)
+
+
+def test_the_prefix_hit_rate_gauge_stands_in_and_absence_is_missing(stub: StubPrometheus) -> None:
+    def gauge_only(query: str) -> tuple[int, Any, float]:
+        if "prefix_cache_hits" in query or "prefix_cache_queries" in query:
+            return 200, vector(), 0
+        if "gpu_prefix_cache_hit_rate" in query:
+            return 200, vector(({"model_name": "m", "instance": "a"}, "0.4")), 0
+        return healthy(query)
+
+    stub.answer = gauge_only
+    (o,) = plugin(stub.url).koi_collect_telemetry([("chat", RANK)], WINDOW)
+    assert o.measured("prefix_hit_rate") == pytest.approx(0.4)
+
+    stub.answer = lambda q: (200, vector(), 0) if "prefix" in q else healthy(q)
+    (o,) = plugin(stub.url).koi_collect_telemetry([("chat", RANK)], WINDOW)
+    assert "prefix_hit_rate" in o.missing
+    assert o.measured("prefix_hit_rate") is None
+
+
+def test_sglang_reports_its_cache_hit_rate_gauge(stub: StubPrometheus) -> None:
+    sglang = Rank(Chain("Llama-3.1-8B", RANK.chain.environment, Config(engine="sglang")), 1)
+
+    def answer(query: str) -> tuple[int, Any, float]:
+        if "sglang[:_]cache_hit_rate" in query:
+            return 200, vector(({"model_name": "m", "instance": "a"}, "0.55")), 0
+        return healthy(query)
+
+    stub.answer = answer
+    (o,) = plugin(stub.url).koi_collect_telemetry([("chat", sglang)], WINDOW)
+    assert o.measured("prefix_hit_rate") == pytest.approx(0.55)

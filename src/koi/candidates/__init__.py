@@ -34,6 +34,7 @@ from koi.candidates._placement import (
     place,
     risk_price,
 )
+from koi.candidates._routing import routing_matters, with_routing
 from koi.candidates._screen import Option, Screener, SizedOption, largest_shapes, meets_target
 from koi.candidates._sizing import RATE_STEP, observed_rates, replicas_for, with_observed_rate
 
@@ -67,5 +68,7 @@ __all__ = [
     "place",
     "replicas_for",
     "risk_price",
+    "routing_matters",
     "with_observed_rate",
+    "with_routing",
 ]

@@ -16,6 +16,7 @@ import attrs
 
 from koi.candidates._config import ProposerConfig
 from koi.candidates._context import ProposalContext
+from koi.candidates._routing import routing_matters
 from koi.dag import Decision, Mechanism, RankContext, node_name
 from koi.types import Job, Ladder, Outcome, Outcomes, Rank
 
@@ -71,12 +72,15 @@ def job_focus(job: Job, context: ProposalContext, cfg: ProposerConfig) -> Focus 
     ``None`` — no focus, enumerate everything — when there is no DAG view, no incumbent to
     vary from (cold start), or the view reaches none of the searched decisions.
     """
-    del job  # the focus depends on the job only through the context's at-risk outcomes
+    # The focus depends on the job through the context's at-risk outcomes, and on whether
+    # its routing changes its prefix-cache hits.
     if context.dag is None or context.incumbent is None or context.incumbent.is_empty:
         return None
     outcomes = context.at_risk or (Outcome.COST,)
     routes = context.dag.decisions_for(outcomes, cfg.focus_min_confidence)
-    decisions = tuple(d for d, _ in routes if d in SEARCHED)
+    # Routing is searched only where it changes the prefix-cache hits (routing_matters).
+    searched = (*SEARCHED, Decision.ROUTING) if routing_matters(job) else SEARCHED
+    decisions = tuple(d for d, _ in routes if d in searched)
     if not decisions:
         return None
     return Focus(outcomes, decisions)

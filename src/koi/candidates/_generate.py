@@ -22,10 +22,11 @@ from koi.candidates._context import ProposalContext
 from koi.candidates._explore import StratumUncertainty
 from koi.candidates._focus import Focus, Steering, job_focus, single_moves
 from koi.candidates._placement import free_gpus, hosts, place
+from koi.candidates._routing import routing_matters, with_routing
 from koi.candidates._screen import Screener
 from koi.dag import Decision
 from koi.surrogate import Surrogate
-from koi.types import Environment, Job, Ladder
+from koi.types import Environment, Job, Ladder, Routing
 
 __all__ = ["MISSED_TARGET_RANK", "CandidateGenerator"]
 
@@ -141,6 +142,13 @@ class CandidateGenerator:
 
         for r in ranked[:2]:
             add(r.ladder)
+        if routing_matters(job):
+            # Routing is searched where the job shares prefixes: the two cheapest again, with
+            # prefix-affinity routing; the evaluator predicts the hit rate of each.
+            for r in ranked[:2]:
+                alt = with_routing(r.ladder, Routing.PREFIX_AFFINITY)
+                if alt != r.ladder and steer.allowed(alt):
+                    add(alt)
         for ladder in steer.mechanism_picks([(r.ladder, r.meets) for r in ranked]):
             add(ladder)
         if focus is None or Decision.GPU_TYPE in focus.decisions:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from koi.errors import InvalidInput
-from koi.types import ClusterSnapshot, Job, Quant, from_json, to_data
+from koi.types import ClusterSnapshot, Job, Ladder, Quant, from_json, to_data
 
 __all__ = ["register"]
 
@@ -35,6 +35,33 @@ def _policy_text(job: Job) -> str:
     if not refused:
         return f"precisions: {accepted} (every precision accepted)"
     return f"precisions: {accepted} (job policy: {', '.join(refused)} ladders are infeasible, C2)"
+
+
+def _routing(planner: Any, job: Any, ladder: Ladder, now_s: float) -> dict[str, Any] | None:
+    """Why the job's routing: its shared prefixes and the hit rate and TTFT each routing gives
+    its ladder (the surrogate's prediction, without the planner's corrections)."""
+    from koi.candidates import routing_matters, with_routing
+    from koi.types import Routing
+
+    if ladder.is_empty or not routing_matters(job) or ladder.replicas < 2:
+        return None
+    w = job.workload
+    chosen = next((r.chain.config.routing for r in ladder.ranks if r.replicas > 1), None)
+    options = {}
+    for routing in (Routing.PREFIX_AFFINITY, Routing.LEAST_LOADED, Routing.ROUND_ROBIN):
+        pred = planner.surrogate.predict(job, with_routing(ladder, routing), now_s=now_s)
+        if pred.feasible:
+            options[routing.value] = {
+                "prefix_hit_rate": pred.mediators.prefix_hit_rate,
+                "p99_ttft_ms": pred.outcomes.p99_ttft_ms,
+                "throughput_tok_s": pred.outcomes.throughput_tok_s,
+            }
+    return {
+        "routing": None if chosen is None else chosen.value,
+        "prefixes": w.prefix_count,
+        "prefix_tokens": w.shared_prefix_tokens,
+        "options": options,
+    }
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -83,6 +110,9 @@ def _run(args: argparse.Namespace) -> int:
                     {"ladder_text": c.ladder.summary(), "why": c.rejected} for c in rejected[:5]
                 ],
                 "reason": action.reason,
+                "routing": _routing(
+                    planner, snapshot.job(action.job_id), action.ladder, snapshot.time_s
+                ),
             }
         )
     out = {
@@ -118,6 +148,17 @@ def _run(args: argparse.Namespace) -> int:
             print(f"  runner-up: {ru['ladder_text']} (lost by {ru['lost_by']:.3f} score)")
         for rej in job["rejected"][:2]:
             print(f"  rejected: {rej['ladder_text']}: {rej['why']}")
+        rt = job["routing"]
+        if rt:
+            print(
+                f"  routing: {rt['routing']} ({rt['prefixes']} shared prefixes of "
+                f"{rt['prefix_tokens']} tokens; predicted prefix-cache hits / TTFT p99 by routing: "
+                + ", ".join(
+                    f"{name} {o['prefix_hit_rate']:.0%} / {o['p99_ttft_ms']:.0f} ms"
+                    for name, o in rt["options"].items()
+                )
+                + ")"
+            )
     for e in result.errors:
         print(f"warning: {e}")
     return 0

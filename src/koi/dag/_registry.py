@@ -63,6 +63,22 @@ REGISTERED_EDGES: tuple[tuple[str, str, str], ...] = (
     ("x:replicas", "v:queue_depth", "traffic splits over the replicas, so each queue is shorter"),
     ("x:replicas", "v:mean_batch_size", "each replica sees 1/n of the traffic, so batches shrink"),
     ("x:routing", "v:queue_depth", "least-loaded routing evens out the per-replica queues"),
+    (
+        "x:routing",
+        "v:prefix_hit_rate",
+        "prefix-affinity routing keeps a prefix's requests on the replicas that cache it",
+    ),
+    (
+        "x:replicas",
+        "v:prefix_hit_rate",
+        "under prefix affinity more replicas split the prefixes, so each caches fewer",
+    ),
+    (
+        "x:max_batch_size",
+        "v:prefix_hit_rate",
+        "a larger batch leaves less KV for cached prefixes, which are evicted first",
+    ),
+    ("x:gpu_type", "v:prefix_hit_rate", "VRAM left after the weights bounds the cached prefixes"),
     ("x:market", "v:queue_depth", "spot reclaims remove replicas and the survivors queue the load"),
     # --- V -> Y ------------------------------------------------------------------------------
     (
@@ -87,6 +103,17 @@ REGISTERED_EDGES: tuple[tuple[str, str, str], ...] = (
         "more tokens per step spread the GPU-hour over more tokens",
     ),
     ("v:queue_depth", "y:p99_ttft_ms", "queued requests wait before their first token"),
+    ("v:prefix_hit_rate", "y:p99_ttft_ms", "a cached prefix is not prefilled again"),
+    (
+        "v:prefix_hit_rate",
+        "y:throughput_tok_s",
+        "skipped prefill frees step time and KV blocks for decoding",
+    ),
+    (
+        "v:prefix_hit_rate",
+        "y:cost_per_mtok_usd",
+        "less prefill per request serves more tokens per GPU-hour",
+    ),
     ("v:queue_depth", "y:slo_margin", "queueing eats the latency headroom first"),
     ("v:mem_bw_util", "y:p99_tpot_ms", "decode is memory-bound: step time is bytes over bandwidth"),
     ("v:mem_bw_util", "y:throughput_tok_s", "bandwidth utilisation sets the decode token rate"),

@@ -27,14 +27,15 @@ def _range(_inst: object, attribute: attrs.Attribute[tuple[float, float]], value
 @attrs.frozen
 class TruthConfig:
     """How the synthetic world's truth differs from the surrogate's prior (``world =
-    "synthetic"``); ``driver_update_error`` also applies to the measured world.
+    "synthetic"``); ``driver_update_error`` and ``prefix_zipf`` also apply to the measured world.
 
     Each factor multiplies one :class:`~koi.surrogate.replay.StepTime` component.  A relative
     error ``m`` is drawn uniformly from a ``*_error`` range; with probability ``slow_bias`` the
     truth is slower than the prior (factor ``1 + m``), otherwise faster (``1 / (1 + m)``) —
     rooflines are optimistic more often than not.  Collective communication over PCIe is drawn
     from ``pcie_comm_tp8``, a range of multipliers at TP=8, scaled by ``log2(tp) / 3`` toward 1
-    at lower TP.
+    at lower TP.  ``prefix_zipf`` is how unevenly a job's shared prompt prefixes are used
+    (hidden from the planners, like the rest).
     """
 
     compute_error: tuple[float, float] = attrs.field(default=(0.10, 0.30), validator=_range)
@@ -46,6 +47,10 @@ class TruthConfig:
     slow_bias: float = attrs.field(default=0.7, validator=fraction)
     step_noise_cv: float = attrs.field(default=0.05, validator=non_negative)
     driver_update_error: tuple[float, float] = attrs.field(default=(0.10, 0.30), validator=_range)
+    # Prefix popularity: the k-th most used of a job's shared prefixes is drawn with weight
+    # 1/k^s (Zipf).  The surrogate assumes equally popular prefixes; skew makes an LRU prefix
+    # cache hit more often than that under pressure.
+    prefix_zipf: float = attrs.field(default=0.8, validator=non_negative)
 
 
 def _prob(_inst: object, attribute: attrs.Attribute[float], value: object) -> None:

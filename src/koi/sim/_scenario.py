@@ -288,6 +288,8 @@ _JOB_KEYS = {
     "rate_rps",
     "gamma_cv",
     "prefix_share",
+    "prefix_tokens",
+    "prefixes",
     "requests",
     "p99_ttft_ms",
     "p99_tpot_ms",
@@ -361,6 +363,8 @@ def _job(raw: Any, where: str) -> Job:
             total_requests=t.get("requests"),
             gamma_cv=t.get("gamma_cv", 1.0),
             prefix_share=t.get("prefix_share", 0.0),
+            prefix_tokens=t.get("prefix_tokens"),
+            prefix_count=t.get("prefixes", 1),
         ),
     )
     if online:

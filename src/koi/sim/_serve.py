@@ -18,6 +18,7 @@ import numpy as np
 
 from koi.sim._config import SimConfig
 from koi.sim._deploy import Deployment
+from koi.sim._prefix import prefix_ids, with_prefixes
 from koi.sim._scenario import Scenario
 from koi.sim._state import ID_BLOCK, JobState
 from koi.sim._telemetry import observe, request_outcomes
@@ -81,6 +82,7 @@ class Serving:
                 s.clock,
                 id_start=s.window * ID_BLOCK,
             )
+            reqs = with_prefixes(reqs, s.actual, s.rng, self.cfg.truth.prefix_zipf)
             offered = len(reqs) * scale
             offered_tok = sum(r.output_tokens for r in reqs) * scale
             draws = s.rng.uniform(size=len(reqs)).tolist()
@@ -271,13 +273,16 @@ class Serving:
     def _batch_source(self, s: JobState) -> Iterator[Request]:
         """Closed-loop batch requests while the job has unissued work (world count)."""
         w = s.actual
+        shared = w.shared_prefix_tokens
         while s.unissued > 0:
             n = 256
             ins = sample_lengths(w.input_len, s.rng, n).tolist()
             outs = sample_lengths(w.output_len, s.rng, n).tolist()
-            for x, y in zip(ins, outs, strict=True):
+            pres = prefix_ids(w, s.rng, n, self.cfg.truth.prefix_zipf) if shared else [-1] * n
+            for x, y, p in zip(ins, outs, pres, strict=True):
                 if s.unissued <= 0:
                     return
                 s.unissued -= s.scale
                 s.issued_ids += 1
-                yield Request(s.window * ID_BLOCK + s.issued_ids % ID_BLOCK, 0.0, x, y)
+                rid = s.window * ID_BLOCK + s.issued_ids % ID_BLOCK
+                yield Request(rid, 0.0, x, y, p, shared if p >= 0 else 0)

@@ -88,6 +88,7 @@ def observe(
             preemption_rate=st.preemption_rate,
             prefill_share=min(1.0, st.prefill_share),
             memory_pressure=memory_pressure,
+            prefix_hit_rate=st.prefix_hit_rate,
         ),
         healthy=healthy,
     )

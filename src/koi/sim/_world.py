@@ -228,6 +228,7 @@ class World(Serving):
                 mixed_prefill=limits.mixed_prefill,
                 preempt_stall_s=limits.preempt_stall_s,
                 preempt_stall_s_per_token=limits.preempt_stall_s_per_token,
+                prefix_cache=True,  # vLLM and SGLang cache shared prefixes by default
             )
         self._specs[key] = spec
         return spec

@@ -219,6 +219,10 @@ class SurrogateConfig:
     rate_bucket: float = attrs.field(default=0.05, validator=fraction)
     min_slo_margin: float = attrs.field(default=-10.0)
     cache_size: int = attrs.field(default=65536, validator=positive_int)
+    # Tokens per KV block: engines reuse only whole blocks of a cached prefix (vLLM's default
+    # --block-size 16; SGLang's radix cache reuses single tokens, so this is the coarser of the
+    # two).
+    prefix_block_tokens: int = attrs.field(default=16, validator=positive_int)
     seed: int = 0
 
     def __attrs_post_init__(self) -> None:

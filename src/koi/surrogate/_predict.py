@@ -27,6 +27,7 @@ from koi.surrogate._analytic import (
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._correct import RankCorrection, ScaledStepModel
 from koi.surrogate._memory import Feasibility, feasibility, iteration_tokens, node_gpu
+from koi.surrogate._prefix import NO_HIT, PrefixHit, cached_load, prefix_hit
 from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
 from koi.surrogate._substitute import ProfileSource, select_step_model
 from koi.surrogate.replay._step import StepTimeModel
@@ -406,14 +407,45 @@ class Surrogate:
         g = math.log1p(step)
         return math.exp(round(math.log(rate) / g) * g)
 
+    def _hit(self, job: Job, r: _RankLoad, running: float) -> PrefixHit:
+        """The rank's expected prefix-cache hits with ``running`` requests per replica."""
+        w = job.workload
+        if w.shared_prefix_tokens < self.cfg.prefix_block_tokens:
+            return NO_HIT
+        return prefix_hit(
+            w,
+            replicas=r.rank.replicas,
+            routing=r.rank.chain.config.routing,
+            kv_capacity_tokens=r.load.kv_capacity_tokens,
+            running=running,
+            block_tokens=self.cfg.prefix_block_tokens,
+            correction=r.corr.mediator(Mediator.PREFIX_HIT_RATE),
+        )
+
+    def _with_hit(self, r: _RankLoad, hit: PrefixHit) -> tuple[RankLoad, tuple[Any, ...]]:
+        """The rank's load under ``hit`` and its memo key."""
+        if hit is NO_HIT:
+            return r.load, r.key
+        load = cached_load(r.load, hit)
+        return load, (*r.key, load.input_len, load.kv_capacity_tokens)
+
+    def _saturated_hit(self, job: Job, r: _RankLoad) -> PrefixHit:
+        """Hits at saturation: the batch as large as the cache or the batch cap allows."""
+        w = job.workload
+        shared = min(w.shared_prefix_tokens, w.input_len.mean - 1.0)
+        per_request = w.input_len.mean - shared + w.output_len.mean / 2.0
+        full = min(r.load.max_batch_size, r.load.kv_capacity_tokens / max(per_request, 1.0))
+        return self._hit(job, r, full)
+
     def _online(self, job: Job, loads: list[_RankLoad], *, replay: bool) -> list[RankPrediction]:
         cfg, w = self.cfg, job.workload
         rate = w.rate_rps or 0.0
         caps = []
         for r in loads:
-            cap = self._caps.get(r.key)
+            sat_load, sat_key = self._with_hit(r, self._saturated_hit(job, r))
+            cap = self._caps.get(sat_key)
             if cap is None:
-                cap = self._caps[r.key] = capacity_tok_s(r.load)
+                cap = self._caps[sat_key] = capacity_tok_s(sat_load)
             caps.append(cap * r.rank.replicas)
         total = sum(caps)
         out: list[RankPrediction] = []
@@ -421,13 +453,24 @@ class Surrogate:
             share = cap / total if total > 0 else 1.0 / len(loads)
             per_replica = self._bucket(rate * share / r.rank.replicas)
             routing = r.rank.chain.config.routing
+            hit = self._hit(job, r, 0.0)
+            if hit is not NO_HIT:
+                # The batch decides how much KV is left for cached prefixes: one screen with
+                # an empty batch's hits, then the hits of the batch it predicts.
+                load0, key0 = self._with_hit(r, hit)
+                first = self._memo(
+                    (key0, "open-screen", per_replica),
+                    partial(estimate_open_loop, load0, per_replica, cfg.replay_horizon_s),
+                )
+                hit = self._hit(job, r, first.mean_batch)
+            load, rkey = self._with_hit(r, hit)
             key: tuple[Any, ...]
             if replay:
                 m = min(r.rank.replicas, cfg.replay_max_replicas)
-                key = (r.key, "open", m, routing, per_replica, w.arrival, w.gamma_cv)
+                key = (rkey, "open", m, routing, per_replica, w.arrival, w.gamma_cv)
                 run = partial(
                     replay_open_loop,
-                    r.load,
+                    load,
                     routing,
                     m,
                     per_replica * m,
@@ -436,39 +479,48 @@ class Surrogate:
                     gamma_cv=w.gamma_cv,
                 )
             else:
-                key = (r.key, "open-screen", per_replica)
-                run = partial(estimate_open_loop, r.load, per_replica, cfg.replay_horizon_s)
+                key = (rkey, "open-screen", per_replica)
+                run = partial(estimate_open_loop, load, per_replica, cfg.replay_horizon_s)
             est = self._memo(key, run)
             if est.utilization < 0.9:
                 # The bucketed rate only shapes the latencies; below saturation the served
                 # throughput is exactly the rank's share of the offered tokens.
                 exact = rate * share / r.rank.replicas * w.output_len.mean
                 est = attrs.evolve(est, throughput_tok_s=exact)
-            out.append(self._rank_prediction(job, r.rank, est, r.feas, r.corr, share, cap))
+            out.append(self._rank_prediction(job, r.rank, est, r.feas, r.corr, share, cap, hit))
         return out
 
     def _batch(self, job: Job, loads: list[_RankLoad], *, replay: bool) -> list[RankPrediction]:
         cfg = self.cfg
         ests: list[ServingEstimate] = []
+        hits: list[PrefixHit] = []
         for r in loads:
             conc = max(r.feas.max_seqs, 1)
+            hit = self._hit(job, r, conc)
+            load, rkey = self._with_hit(r, hit)
+            if hit is not NO_HIT:
+                # Shorter private KV per request: the cache admits more requests at once.
+                per_request = load.input_len.mean + load.output_len.mean
+                fits = int(load.kv_capacity_tokens / max(per_request, 1.0))
+                conc = max(conc, min(load.max_batch_size, fits))
             key: tuple[Any, ...]
             if replay:
                 m = min(r.rank.replicas, cfg.replay_max_replicas)
                 routing = r.rank.chain.config.routing
-                key = (r.key, "closed", m, routing, conc)
-                run = partial(replay_closed_loop, r.load, routing, m, conc * m, cfg)
+                key = (rkey, "closed", m, routing, conc)
+                run = partial(replay_closed_loop, load, routing, m, conc * m, cfg)
             else:
-                key = (r.key, "closed-screen", conc)
-                run = partial(estimate_closed_loop, r.load, conc)
+                key = (rkey, "closed-screen", conc)
+                run = partial(estimate_closed_loop, load, conc)
             ests.append(self._memo(key, run))
+            hits.append(hit)
         total = sum(e.throughput_tok_s * r.rank.replicas for e, r in zip(ests, loads, strict=True))
         out: list[RankPrediction] = []
-        for est, r in zip(ests, loads, strict=True):
+        for est, r, hit in zip(ests, loads, hits, strict=True):
             tput = est.throughput_tok_s * r.rank.replicas
             share = tput / total if total > 0 else 0.0
             cap = est.capacity_tok_s * r.rank.replicas
-            out.append(self._rank_prediction(job, r.rank, est, r.feas, r.corr, share, cap))
+            out.append(self._rank_prediction(job, r.rank, est, r.feas, r.corr, share, cap, hit))
         return out
 
     def _rank_prediction(
@@ -480,6 +532,7 @@ class Surrogate:
         c: RankCorrection,
         share: float,
         cap: float,
+        hit: PrefixHit = NO_HIT,
     ) -> RankPrediction:
         replicas = rank.replicas
         ttft = est.p99_ttft_ms * c.outcome(Outcome.TTFT)
@@ -494,9 +547,11 @@ class Surrogate:
             throughput_tok_s=tput,
             slo_margin=margin,
         )
-        med = mediators_of(est, feas)
+        med = attrs.evolve(mediators_of(est, feas), prefix_hit_rate=hit.rate)
         if c.mediators:
             values = {m: med.get(m) * c.mediator(m) for m in Mediator}
+            # The hit rate's correction already acted on the hits themselves (see _hit).
+            values[Mediator.PREFIX_HIT_RATE] = hit.rate
             for m in (
                 Mediator.KV_CACHE_UTIL,
                 Mediator.MEM_BW_UTIL,

@@ -294,14 +294,19 @@ def _class_st(job_class: JobClass | None) -> st.SearchStrategy[JobClass]:
 
 def _workload(draw: st.DrawFn, job_class: JobClass) -> WorkloadProfile:
     online = job_class is JobClass.ONLINE
+    input_len = draw(length_dists(max_mean=32768.0))
+    # A shared prefix given as a share of the prompt, as a length, or not at all.
+    tokens = draw(st.none() | st.integers(1, input_len.max - 1)) if input_len.max > 1 else None
     return WorkloadProfile(
-        input_len=draw(length_dists(max_mean=32768.0)),
+        input_len=input_len,
         output_len=draw(length_dists(max_mean=4096.0)),
         arrival=draw(st.sampled_from(Arrival)),
         rate_rps=draw(_floats(0.01, 500.0)) if online else None,
         total_requests=None if online else draw(st.integers(1, 10_000_000)),
         gamma_cv=draw(_floats(0.1, 8.0)),
         prefix_share=draw(_floats(0.0, 1.0)),
+        prefix_tokens=tokens,
+        prefix_count=draw(st.integers(1, 10_000)),
     )
 
 

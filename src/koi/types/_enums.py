@@ -67,10 +67,16 @@ class Engine(enum.StrEnum):
 
 
 class Routing(enum.StrEnum):
-    """How requests are spread over the replicas of a rank."""
+    """How requests are spread over the replicas of a rank.
+
+    ``prefix_affinity`` is cache-aware routing (SGLang's router, llm-d, vLLM's production stack):
+    the requests of one shared prompt prefix go to the replicas that already cache it, with the
+    load evened out inside that group; for jobs without shared prefixes it is least-loaded.
+    """
 
     ROUND_ROBIN = "round_robin"
     LEAST_LOADED = "least_loaded"
+    PREFIX_AFFINITY = "prefix_affinity"
 
 
 class Arrival(enum.StrEnum):
@@ -125,6 +131,7 @@ class Mediator(enum.StrEnum):
     PREEMPTION_RATE = "preemption_rate"
     PREFILL_SHARE = "prefill_share"
     MEMORY_PRESSURE = "memory_pressure"
+    PREFIX_HIT_RATE = "prefix_hit_rate"
 
 
 def _coerce(kind: type[E], value: Any) -> Any:

@@ -51,7 +51,10 @@ class Mediators:
 
     Utilisations and shares are fractions; ``mean_batch_size`` is running sequences per replica,
     ``queue_depth`` waiting requests per replica, ``preemption_rate`` KV evictions per second per
-    replica, ``memory_pressure`` (weights + activations) / VRAM.
+    replica, ``memory_pressure`` (weights + activations) / VRAM, ``prefix_hit_rate`` the
+    fraction of the shared-prefix tokens served from the prefix cache (0 for a job without
+    shared prefixes; a telemetry source that cannot measure it lists it in
+    ``Observation.missing``).
     """
 
     kv_cache_util: float = attrs.field(validator=fraction)
@@ -64,6 +67,7 @@ class Mediators:
     preemption_rate: float = attrs.field(validator=non_negative)
     prefill_share: float = attrs.field(validator=fraction)
     memory_pressure: float = attrs.field(validator=non_negative)
+    prefix_hit_rate: float = attrs.field(default=0.0, validator=fraction)
 
     def get(self, mediator: Mediator) -> float:
         value: float = getattr(self, mediator.value)

@@ -65,6 +65,12 @@ class WorkloadProfile:
 
     Online jobs set ``rate_rps`` (mean requests per second).  Batch jobs set
     ``total_requests`` and are served as fast as their ladder allows (closed loop).
+
+    Shared prompt prefixes (system prompts, RAG templates, agent tool preambles): every prompt
+    starts with one of ``prefix_count`` distinct prefixes of :attr:`shared_prefix_tokens`
+    tokens, drawn anew per request.  The length is ``prefix_tokens`` when given, else
+    ``prefix_share`` of the mean prompt; the defaults (share 0, one prefix) mean no sharing,
+    which is what every workload without these fields meant before prefix caching was modelled.
     """
 
     input_len: LengthDist
@@ -76,6 +82,23 @@ class WorkloadProfile:
     total_requests: int | None = attrs.field(default=None, validator=optional(positive_int))
     gamma_cv: float = attrs.field(default=1.0, validator=positive)
     prefix_share: float = attrs.field(default=0.0, validator=fraction)
+    prefix_tokens: int | None = attrs.field(default=None, validator=optional(positive_int))
+    prefix_count: int = attrs.field(default=1, validator=positive_int)
+
+    def __attrs_post_init__(self) -> None:
+        if self.prefix_tokens is not None and self.prefix_tokens >= self.input_len.max:
+            msg = (
+                f"prefix_tokens: must be < the longest prompt ({self.input_len.max}), "
+                f"got {self.prefix_tokens}"
+            )
+            raise InvalidInput(msg)
+
+    @property
+    def shared_prefix_tokens(self) -> int:
+        """Tokens at the start of each prompt shared with other requests (0: none)."""
+        if self.prefix_tokens is not None:
+            return self.prefix_tokens
+        return round(self.prefix_share * self.input_len.mean)
 
     @property
     def offered_output_tok_s(self) -> float:

@@ -29,6 +29,9 @@ class EngineMetrics:
     - ``kv_cache``: KV-cache use gauge, a fraction in [0, 1].
     - ``running`` / ``waiting``: requests in the running batch / in the queue (gauges).
     - ``preemptions``: preemption counter.
+    - ``prefix_hits`` / ``prefix_queries``: prefix-cache counters of prompt tokens found in the
+      cache / looked up (their ratio is the hit rate); ``prefix_hit_rate``: a hit-rate gauge, a
+      fraction, where an engine (or an older version) exports only that.
 
     .. versionadded:: 0.1
     """
@@ -42,6 +45,9 @@ class EngineMetrics:
     waiting: str
     request_tpot: str | None = None
     preemptions: str | None = None
+    prefix_hits: str | None = None
+    prefix_queries: str | None = None
+    prefix_hit_rate: str | None = None
 
     def names(self) -> tuple[str, ...]:
         return tuple(
@@ -56,6 +62,9 @@ class EngineMetrics:
                 self.running,
                 self.waiting,
                 self.preemptions,
+                self.prefix_hits,
+                self.prefix_queries,
+                self.prefix_hit_rate,
             )
             if n is not None
         )
@@ -71,6 +80,9 @@ VLLM = EngineMetrics(
     running="vllm[:_]num_requests_running",
     waiting="vllm[:_]num_requests_waiting",
     preemptions="vllm[:_]num_preemptions_total",
+    prefix_hits="vllm[:_]prefix_cache_hits_total",
+    prefix_queries="vllm[:_]prefix_cache_queries_total",
+    prefix_hit_rate="vllm[:_]gpu_prefix_cache_hit_rate",  # vLLM's V0 engine
 )
 
 SGLANG = EngineMetrics(
@@ -81,6 +93,7 @@ SGLANG = EngineMetrics(
     kv_cache="sglang[:_]token_usage",
     running="sglang[:_]num_running_reqs",
     waiting="sglang[:_]num_queue_reqs",
+    prefix_hit_rate="sglang[:_]cache_hit_rate",
 )
 
 #: engine name (``Config.engine``) -> its metric families

@@ -37,7 +37,9 @@ class EngineWindow:
     ``"p50_e2e"``, ``"p99_e2e"``, ``"p50_request_tpot"``, ``"p99_request_tpot"`` to the estimate
     and the bucket it lies in (milliseconds); absent keys were not measured, and so are the
     ``None`` fields.  Gauges are means over the window and over the rank's replicas;
-    ``preemptions_per_s`` is per replica.  ``notes`` say what was dropped and why.
+    ``preemptions_per_s`` is per replica.  ``prefix_hit_rate`` is the share of prompt tokens
+    served from the prefix cache: hits over queries of the engine's counters, else its hit-rate
+    gauge.  ``notes`` say what was dropped and why.
 
     .. versionadded:: 0.1
     """
@@ -56,6 +58,7 @@ class EngineWindow:
     waiting: float | None
     preemptions_per_s: float | None
     notes: tuple[str, ...] = ()
+    prefix_hit_rate: float | None = None
 
     @property
     def tpot(self) -> tuple[str, QuantileEstimate] | None:
@@ -110,6 +113,7 @@ class EngineWindow:
             preemption_rate=value(Mediator.PREEMPTION_RATE.value, self.preemptions_per_s),
             prefill_share=0.0,
             memory_pressure=0.0,
+            prefix_hit_rate=value(Mediator.PREFIX_HIT_RATE.value, self.prefix_hit_rate),
         )
         # Engines do not export these; a profiler or DCGM source may add them.
         missing.update(
@@ -387,6 +391,11 @@ class PrometheusTelemetry:
             return sum(s.value for s in samples) if samples else None
 
         preempt = counter("preemptions")
+        hits, looked_up = counter("prefix_hits"), counter("prefix_queries")
+        if hits is not None and looked_up is not None and looked_up > 0:
+            prefix_rate: float | None = min(1.0, hits / looked_up)
+        else:  # no lookups in the window, or an engine with only the gauge
+            prefix_rate = gauge("prefix_rate", upper=1.0)
         return EngineWindow(
             job_id=t.job_id,
             rank=t.rank,
@@ -402,6 +411,7 @@ class PrometheusTelemetry:
             waiting=gauge("waiting"),
             preemptions_per_s=preempt / max(len(replicas), 1) if preempt is not None else None,
             notes=tuple(n for n in notes if n.startswith(where)),
+            prefix_hit_rate=prefix_rate,
         )
 
 
@@ -444,6 +454,13 @@ class _Fetcher:
         queries["generation"] = f"sum{_by(*keys)} (rate({vec(m.generation_tokens)}{w}))"
         if m.preemptions is not None:
             queries["preemptions"] = f"sum{_by(*keys)} (rate({vec(m.preemptions)}{w}))"
+        for name, counter in (("prefix_hits", m.prefix_hits), ("prefix_queries", m.prefix_queries)):
+            if counter is not None:
+                queries[name] = f"sum{_by(*keys)} (rate({vec(counter)}{w}))"
+        if m.prefix_hit_rate is not None:
+            queries["prefix_rate"] = (
+                f"avg{_by(*keys, rl)} (avg_over_time({vec(m.prefix_hit_rate)}{w}))"
+            )
         for name, metric in (("kv", m.kv_cache), ("running", m.running), ("waiting", m.waiting)):
             queries[name] = f"avg{_by(*keys, rl)} (avg_over_time({vec(metric)}{w}))"
         both = f"(?:{m.running}|{m.ttft}_count)"

@@ -7,7 +7,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types.validators import fraction, positive
+from koi.types.validators import fraction, non_negative_int, positive
 
 
 def _open_unit(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -43,6 +43,11 @@ class ReplayConfig:
     cache_step_times
         Wrap every replica's step model in a :class:`CachedStepModel`.  Turn off for a step model
         that is stochastic per call.
+    affinity_slack
+        Prefix-affinity routing sends a request to the least-loaded replica that holds its
+        prefix unless that replica has more than this many requests (waiting plus running) above
+        the least-loaded one (SGLang's cache-aware router balances the same way, with an absolute
+        threshold).
     """
 
     step_affine: bool = True
@@ -50,3 +55,4 @@ class ReplayConfig:
     step_floor_tokens: float = attrs.field(default=64.0, validator=positive)
     kv_watermark: float = attrs.field(default=0.01, validator=fraction)
     cache_step_times: bool = True
+    affinity_slack: int = attrs.field(default=8, validator=non_negative_int)

@@ -53,6 +53,8 @@ class _Acc:
         "overhead",
         "preemptions",
         "prefill",
+        "prefix_hit",
+        "prefix_query",
         "q_area",
         "rejected",
         "requeued",
@@ -64,6 +66,7 @@ class _Acc:
         self.busy = self.batch = self.kv = self.prefill = self.q_area = 0.0
         self.compute = self.memory = self.comm = self.bubble = self.overhead = 0.0
         self.tokens = self.preemptions = self.rejected = self.requeued = self.arrivals = 0
+        self.prefix_hit = self.prefix_query = 0
         self.ttft: list[float] = []
         self.f_id: list[int] = []
         self.f_arr: list[float] = []
@@ -78,7 +81,9 @@ class ReplayEngine:
 
     Requests are submitted with arrival times (possibly in the future) and routed to a replica
     when they arrive: round robin over the current replicas, or to the replica with the fewest
-    waiting plus running requests (ties to the lowest index).  A request that could never fit
+    waiting plus running requests (ties to the lowest index), or (prefix affinity, for requests
+    with a shared prefix) to the least-loaded replica that caches the prefix, within
+    ``config.affinity_slack``.  A request that could never fit
     a replica's KV cache (``input + output > kv_capacity_tokens``) is rejected and counted.
 
     Each replica runs iterations back to back while it has work.  An iteration first gives one
@@ -241,10 +246,10 @@ class ReplayEngine:
             return False
         if req.input_tokens < 1 or req.output_tokens < 1:
             raise InvalidInput(f"requests: need input/output tokens >= 1, got {req!r}")
-        heapq.heappush(
-            self._arr,
-            (t, self._order, Request(req.id, t, req.input_tokens, req.output_tokens), True),
+        issued = Request(
+            req.id, t, req.input_tokens, req.output_tokens, req.prefix, req.prefix_tokens
         )
+        heapq.heappush(self._arr, (t, self._order, issued, True))
         self._order += 1
         return True
 
@@ -373,6 +378,8 @@ class ReplayEngine:
         if self.routing is Routing.ROUND_ROBIN:
             r = reps[self._rr % len(reps)]
             self._rr += 1
+        elif self.routing is Routing.PREFIX_AFFINITY and seq.pre >= 0 and len(reps) > 1:
+            r = self._affine(seq.pre)
         else:
             r = reps[0]
             best = len(r.waiting) + len(r.running)
@@ -392,6 +399,20 @@ class ReplayEngine:
             r.plan(t, self)
         elif was_empty and r.p_k > 1 and len(r.running) < r.maxb:
             r.cut_for_arrival(t, self)
+
+    def _affine(self, prefix: int) -> _Replica:
+        """Cache-aware routing: the least-loaded replica that holds the prefix, unless it is
+        more than ``config.affinity_slack`` requests busier than the least-loaded replica
+        overall (which then caches the prefix too)."""
+        best = low = self._reps[0]
+        best_load = low_load = 1 << 62
+        for x in self._reps:
+            load = len(x.waiting) + len(x.running)
+            if load < low_load:
+                low, low_load = x, load
+            if load < best_load and x.pc is not None and x.pc.holds(prefix):
+                best, best_load = x, load
+        return best if best_load <= low_load + self.config.affinity_slack else low
 
     def advance(self, until_s: float) -> WindowStats:
         """Simulate up to ``until_s`` and return what happened in ``(now_s, until_s]``.
@@ -425,7 +446,14 @@ class ReplayEngine:
                 acc.arrivals += 1
                 self._uid += 1
                 seq = _Seq(
-                    self._uid, req.id, req.arrival_s, req.input_tokens, req.output_tokens, fed
+                    self._uid,
+                    req.id,
+                    req.arrival_s,
+                    req.input_tokens,
+                    req.output_tokens,
+                    fed,
+                    req.prefix,
+                    req.prefix_tokens,
                 )
                 route(seq, t_a if t_a > start else start)
             else:
@@ -495,6 +523,8 @@ class ReplayEngine:
             comm_s=acc.comm,
             bubble_s=acc.bubble,
             overhead_s=acc.overhead,
+            prefix_hit_tokens=acc.prefix_hit,
+            prefix_query_tokens=acc.prefix_query,
         )
         self.acc = _Acc()
         self._now = until

@@ -21,6 +21,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.surrogate.replay._cache import CachedStepModel, StepTuple, UncachedStepModel
+from koi.surrogate.replay._prefix_cache import PrefixCache
 from koi.surrogate.replay._step import StepTimeModel
 from koi.types.validators import non_negative, positive_int
 
@@ -60,6 +61,13 @@ class ReplicaSpec:
     fits, and each later slice claims its blocks when it is scheduled; when the cache runs out
     the newest sequence is preempted and recomputed, so prompts longer than the free cache
     evict each other and throughput collapses under overload.
+
+    ``prefix_cache`` keeps the KV blocks of shared prompt prefixes (``Request.prefix``), as
+    vLLM's automatic prefix caching and SGLang's radix cache do: a prefix is held in whole
+    blocks of ``prefix_block_tokens``; while running requests use it, it is pinned (counted in
+    the KV cache once, however many share it); when the last one leaves, it stays cached in the
+    free part of the KV cache and is evicted least-recently-used when the running requests need
+    the room.  A request whose prefix is held skips that part of its prefill.
     """
 
     step_model: StepTimeModel = attrs.field(validator=_step_model)
@@ -70,6 +78,8 @@ class ReplicaSpec:
     chunk_admission: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     preempt_stall_s: float = attrs.field(default=0.0, validator=non_negative)
     preempt_stall_s_per_token: float = attrs.field(default=0.0, validator=non_negative)
+    prefix_cache: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    prefix_block_tokens: int = attrs.field(default=16, validator=positive_int)
 
 
 class _Seq:
@@ -88,12 +98,25 @@ class _Seq:
         "j",
         "off",
         "out",
+        "pre",
+        "ptok",
         "res",
+        "sb",
         "target",
         "uid",
     )
 
-    def __init__(self, uid: int, rid: int, arrival: float, inp: int, out: int, fed: bool) -> None:
+    def __init__(
+        self,
+        uid: int,
+        rid: int,
+        arrival: float,
+        inp: int,
+        out: int,
+        fed: bool,
+        pre: int = -1,
+        ptok: int = 0,
+    ) -> None:
         self.uid = uid
         self.id = rid
         self.arrival = arrival
@@ -109,6 +132,9 @@ class _Seq:
         self.off = 0  # input + gen - j while decoding
         self.hv = -1  # version of its live heap entry, -1 when not decoding
         self.res = 0  # KV tokens reserved while prefilling
+        self.pre = pre  # shared prefix id (-1: none)
+        self.ptok = ptok  # shared prefix tokens
+        self.sb = 0  # prompt tokens held by its pinned prefix (not in its own KV)
 
 
 Model = CachedStepModel | UncachedStepModel
@@ -127,7 +153,9 @@ class _Replica:
       ``heap`` (decoders keyed by the iteration they finish at).
     * KV and decode accounting — ``it`` the iteration counter, ``n_dec`` decoding sequences,
       ``s_dec`` the sum of their offsets (their KV tokens are ``s_dec + n_dec * it``),
-      ``used_pre`` KV tokens held by prefilling sequences.
+      ``used_pre`` KV tokens held by prefilling sequences and pinned prefixes.
+    * prefix cache — ``pc`` the :class:`PrefixCache` (None when off); ``sb_dec`` the prefix
+      tokens decoding sequences attend to but do not hold themselves.
     * the planned block (``p_*``) — ``p_on`` a block is in flight; ``p_s`` / ``p_e`` its start
       and end time; ``p_dt`` its step time and ``p_st`` the step's time breakdown; ``p_k`` its
       iterations; ``p_n`` its decoding sequences and ``p_run`` its running ones; ``p_kv`` the
@@ -158,9 +186,11 @@ class _Replica:
         "p_run",
         "p_s",
         "p_st",
+        "pc",
         "prefilling",
         "running",
         "s_dec",
+        "sb_dec",
         "spec",
         "stall",
         "used_pre",
@@ -184,6 +214,8 @@ class _Replica:
         self.s_dec = 0
         self.used_pre = 0
         self.it = 0
+        self.pc = PrefixCache(spec.prefix_block_tokens) if spec.prefix_cache else None
+        self.sb_dec = 0
         self.p_on = False
         self.p_s = self.p_e = self.p_dt = self.p_acc = self.p_kv = now
         self.p_k = self.p_kacc = self.p_n = self.p_run = 0
@@ -202,12 +234,14 @@ class _Replica:
             if seq.hv >= 0:  # decoding: keep its tokens, recompute prompt + generated later
                 seq.gen += it - seq.j
                 self.s_dec -= seq.off
+                self.sb_dec -= seq.sb
                 self.n_dec -= 1
                 seq.hv = -1
             else:  # prefilling: it is the newest prefilling sequence
                 self.prefilling.pop()
                 self.used_pre -= seq.res
                 seq.res = 0
+            self._unpin(seq)
             seq.target = seq.inp + seq.gen
             seq.done = 0
             seq.chunk = 0
@@ -216,12 +250,21 @@ class _Replica:
             self.stall += spec.preempt_stall_s + spec.preempt_stall_s_per_token * seq.target
             eng.on_preempt(t)
 
-    def _claim(self, seq: _Seq, budget: int) -> int:
-        """KV tokens a waiting sequence claims when admitted: its whole prompt and the token its
-        last slice samples, or (chunk admission) only the slice scheduled now."""
-        if self.chunk_adm and seq.target > budget:
+    def _claim(self, seq: _Seq, budget: int, shared: int = 0) -> int:
+        """KV tokens a waiting sequence claims when admitted: its whole prompt (less the
+        ``shared`` prefix tokens a pinned prefix holds) and the token its last slice samples,
+        or (chunk admission) only the slice scheduled now."""
+        own = seq.target - shared
+        if self.chunk_adm and own > budget:
             return budget
-        return seq.target + 1
+        return own + 1
+
+    def _unpin(self, seq: _Seq) -> None:
+        """The sequence no longer uses its prefix (finished, preempted or moved)."""
+        if seq.sb:
+            assert self.pc is not None
+            self.used_pre -= self.pc.release(seq.pre)
+            seq.sb = 0
 
     def plan(self, t: float, eng: ReplayEngine) -> None:
         """Schedule the next block starting at ``t`` (or go idle)."""
@@ -232,6 +275,9 @@ class _Replica:
             self._preempt(t, eng)
             n = self.n_dec
         used = self.s_dec + n * it + self.used_pre
+        pc = self.pc
+        if pc is not None and pc.idle_tokens > cap - used:
+            pc.trim(cap - used)  # running requests need the room: evict idle prefixes, LRU
         waiting = self.waiting
         running = self.running
         prefilling = self.prefilling
@@ -259,8 +305,15 @@ class _Replica:
             adm_cap = self.adm_cap
             while budget > 0 and waiting and len(running) < maxb:
                 seq = waiting[0]
-                need = self._claim(seq, budget)
-                if running and used + n + need > adm_cap:
+                shared = 0
+                held = False
+                pin = 0  # KV tokens a prefix not yet held pins once this sequence is admitted
+                if pc is not None and seq.pre >= 0:
+                    shared = pc.aligned(seq.ptok, seq.target)
+                    held = pc.holds(seq.pre)
+                    pin = 0 if held or not shared else shared
+                need = self._claim(seq, budget, shared)
+                if running and used + n + need + pin > adm_cap:
                     break
                 waiting.popleft()
                 admitted += 1
@@ -269,14 +322,28 @@ class _Replica:
                 self.used_pre += need
                 used += need
                 seq.res = need
-                c = seq.target if seq.target < budget else budget
+                if shared:
+                    assert pc is not None
+                    pinned = pc.acquire(seq.pre, shared)
+                    self.used_pre += pinned
+                    used += pinned
+                    seq.sb = shared
+                    eng.acc.prefix_query += seq.target
+                    if held:  # a hit: the prefix's KV is reused, only the rest is computed
+                        seq.done = shared
+                        eng.acc.prefix_hit += shared
+                elif pc is not None:
+                    eng.acc.prefix_query += seq.target
+                c = seq.target - seq.done
+                if c > budget:
+                    c = budget
                 seq.chunk = c
-                pairs += c * c * 0.5
+                pairs += c * (seq.done + c * 0.5)
                 pt += c
                 budget -= c
             if admitted:
                 eng.on_queue(t, -admitted)
-            st = self.m.mixed(pt, pairs, dec, self.s_dec + n * it if dec else 0)
+            st = self.m.mixed(pt, pairs, dec, self.s_dec + n * it + self.sb_dec if dec else 0)
             if self.stall > 0.0:
                 st = (st[0] + self.stall, *st[1:])
                 self.stall = 0.0
@@ -294,7 +361,7 @@ class _Replica:
             kkv = (cap - used) // n
             if kkv < k:
                 k = kkv
-            st = self.m.decode(n, self.s_dec + n * (it + (k - 1) * 0.5))
+            st = self.m.decode(n, self.s_dec + self.sb_dec + n * (it + (k - 1) * 0.5))
             if self.stall > 0.0:  # a preemption stalls one iteration
                 k = 1
                 st = (st[0] + self.stall, *st[1:])
@@ -378,6 +445,8 @@ class _Replica:
             del running[seq.uid]
             self.n_dec -= 1
             self.s_dec -= seq.off
+            self.sb_dec -= seq.sb
+            self._unpin(seq)
             eng.on_finish(seq, e)
         if self.p_pref:
             keep: list[_Seq] = []
@@ -388,7 +457,7 @@ class _Replica:
                     seq.done += c
                     if seq.done < seq.target and self.chunk_adm:
                         # The next slice claims its blocks now (vLLM allocates per slice).
-                        more = min(seq.target + 1 - seq.res, self.budget)
+                        more = min(seq.target - seq.sb + 1 - seq.res, self.budget)
                         seq.res += more
                         self.used_pre += more
                     if seq.done >= seq.target:
@@ -401,11 +470,14 @@ class _Replica:
                             acc.ttft.append((e - seq.arrival) * 1e3)
                         if seq.gen >= seq.out:
                             del running[seq.uid]
+                            self._unpin(seq)
                             eng.on_finish(seq, e)
                         else:
                             seq.j = it
-                            seq.off = seq.inp + seq.gen - it
+                            # Its prefix's KV is the pinned prefix's, not its own.
+                            seq.off = seq.inp - seq.sb + seq.gen - it
                             self.s_dec += seq.off
+                            self.sb_dec += seq.sb
                             self.n_dec += 1
                             ver = eng.next_version()
                             seq.hv = ver
@@ -438,11 +510,14 @@ class _Replica:
             seq.target = seq.inp + seq.gen
             seq.done = 0
             seq.chunk = 0
+            seq.sb = 0
             out.append(seq)
         out.extend(self.waiting)
         self.running.clear()
         self.waiting.clear()
         self.prefilling.clear()
         self.heap.clear()
-        self.n_dec = self.s_dec = self.used_pre = 0
+        self.n_dec = self.s_dec = self.used_pre = self.sb_dec = 0
+        if self.pc is not None:
+            self.pc.clear()
         return out

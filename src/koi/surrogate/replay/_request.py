@@ -18,13 +18,17 @@ class Request:
     """One inference request: it arrives, prefills ``input_tokens`` and emits ``output_tokens``.
 
     Fields are not validated here (millions are built per simulated run); the engine checks
-    them when they are submitted.
+    them when they are submitted.  ``prefix`` names the shared prompt prefix the request starts
+    with (-1: none) and ``prefix_tokens`` its length; a replica with a prefix cache
+    (:attr:`ReplicaSpec.prefix_cache`) reuses the KV blocks of a prefix it holds.
     """
 
     id: int
     arrival_s: float
     input_tokens: int
     output_tokens: int
+    prefix: int = -1
+    prefix_tokens: int = 0
 
 
 def sample_lengths(dist: LengthDist, rng: np.random.Generator, n: int) -> np.ndarray:

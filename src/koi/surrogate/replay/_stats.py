@@ -57,6 +57,11 @@ class WindowStats:
         the :class:`StepTime` components of every iteration in the window (replica-seconds);
         :attr:`compute_util`, :attr:`mem_bw_util`, :attr:`comm_share` and
         :attr:`bubble_fraction` derive the mediators from them.
+    Prefix cache
+        ``prefix_query_tokens`` are the prompt tokens admitted on replicas with a prefix cache
+        and ``prefix_hit_tokens`` those served from it (the counters vLLM exports as
+        ``prefix_cache_queries`` / ``prefix_cache_hits``); :attr:`prefix_hit_rate` is their
+        ratio.
     """
 
     start_s: float
@@ -101,6 +106,13 @@ class WindowStats:
     comm_s: float = 0.0
     bubble_s: float = 0.0
     overhead_s: float = 0.0
+    prefix_hit_tokens: int = 0
+    prefix_query_tokens: int = 0
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        """Fraction of the prompt tokens served from the prefix cache (0 without queries)."""
+        return min(1.0, _ratio(self.prefix_hit_tokens, self.prefix_query_tokens))
 
     @property
     def duration_s(self) -> float:
