@@ -104,7 +104,8 @@ def test_the_world_caches_prefixes_and_telemetry_carries_the_hit_rate() -> None:
     shared, _ = _serve(build_world(sc, seed=0), "prefix_affinity", 3)
     bare, _ = _serve(build_world(parse_scenario(_scenario("")), seed=0), "prefix_affinity", 3)
     rates = [o.measured(Mediator.PREFIX_HIT_RATE) for o in shared if o.requests]
-    assert rates and all(r is not None and 0.3 < r < 2000 / 3000 for r in rates)
+    assert rates
+    assert all(r is not None and 0.3 < r < 2000 / 3000 for r in rates)
     assert all(o.mediators.prefix_hit_rate == 0.0 for o in bare)
     ttft = sum(o.outcomes.p99_ttft_ms for o in shared[1:]) / len(shared[1:])
     ttft_bare = sum(o.outcomes.p99_ttft_ms for o in bare[1:]) / len(bare[1:])
@@ -127,7 +128,8 @@ def test_the_observed_hit_rate_moves_the_planners_corrections() -> None:
         obs, _ = world.serve((k + 1) * 300.0)
         seen.extend(obs)
     observed = [o.measured(Mediator.PREFIX_HIT_RATE) for o in seen if o.requests]
-    assert observed and all(r is not None for r in observed)
+    assert observed
+    assert all(r is not None for r in observed)
     correct = correction_fn(
         planner.state, job, gpus=planner.gpus, models=planner.models, cfg=planner.config
     )

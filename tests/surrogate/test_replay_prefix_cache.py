@@ -41,7 +41,8 @@ def run(
 
 def test_cached_prefixes_skip_their_prefill() -> None:
     off, on = run(cache=False), run(cache=True)
-    assert off.prefix_hit_rate == 0.0 and off.prefix_query_tokens == 0
+    assert off.prefix_hit_rate == 0.0
+    assert off.prefix_query_tokens == 0
     # 2,496 of 3,000 prompt tokens (whole 16-token blocks) once each prefix is cached.
     assert 0.75 < on.prefix_hit_rate <= 2496 / 3000
     assert on.finished == off.finished
@@ -82,13 +83,16 @@ def test_prefix_cache_pins_in_use_prefixes_and_evicts_idle_ones_lru() -> None:
     assert pc.release(1) == 0  # still used once
     assert pc.release(1) == 100  # idle now
     assert pc.release(2) == 50
-    assert pc.holds(1) and pc.holds(2)
+    assert pc.holds(1)
+    assert pc.holds(2)
     pc.acquire(1, 100)  # used again: no longer idle, 2 is the least recently used
     pc.release(1)
     pc.trim(120)
-    assert not pc.holds(2) and pc.holds(1)
+    assert not pc.holds(2)
+    assert pc.holds(1)
     pc.trim(0)
-    assert not pc.holds(1) and pc.idle_tokens == 0
+    assert not pc.holds(1)
+    assert pc.idle_tokens == 0
 
 
 @pytest.mark.parametrize("routing", list(Routing))

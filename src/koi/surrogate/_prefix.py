@@ -20,9 +20,11 @@ cache of ``m`` of ``K_r`` equally popular items hits ``m/K_r`` of the time), and
 ``S_b`` prefix tokens of its prefill.  The serving estimates then see prompts shorter by
 ``h·S_b`` and a KV cache of ``cap − D·S_b + B·(1 − h)·S_b`` tokens: each running request really
 holds ``I − S_b`` private tokens plus its share of the ``D`` pinned prefixes, which is what the
-shortened prompts and the adjusted capacity add up to at the batch ``B``.  The world's prefix cache (:mod:`koi.sim`) is a real LRU over sampled
-requests whose prefix popularity is not uniform, so its hit rate is the truth this model is
-corrected against (the ``prefix_hit_rate`` mediator).
+shortened prompts and the adjusted capacity add up to at the batch ``B``.
+
+The world's prefix cache (:mod:`koi.sim`) is a real LRU over sampled requests whose prefix
+popularity is not uniform, so its hit rate is the truth this model is corrected against (the
+``prefix_hit_rate`` mediator).
 """
 
 from __future__ import annotations
