@@ -520,6 +520,7 @@ def mediators() -> st.SearchStrategy[Mediators]:
         preemption_rate=_floats(0.0, 1e3),
         prefill_share=frac,
         memory_pressure=_floats(0.0, 2.0),
+        prefix_hit_rate=frac,
     )
 
 
