@@ -85,7 +85,8 @@ def test_koi_plan_explains_the_routing_of_a_job_with_shared_prefixes(
 ) -> None:
     snap = _with_prefixes(example_snapshot(), "chat", 32)
     job = snap.job("chat")
-    busy = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=40.0))
+    # Busy enough that even with its prefixes cached the job needs several replicas.
+    busy = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=150.0))
     snap = attrs.evolve(snap, jobs=tuple(busy if j.id == "chat" else j for j in snap.jobs))
     path = tmp_path / "snap.json"
     path.write_text(to_json(snap))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from koi.testing.fakes import example_pools
-from koi.types import Chain, Config, Engine, Ladder, Quant, Rank
+from koi.types import Chain, Config, Engine, Ladder, Quant, Rank, Routing
 
 
 def test_summary_names_every_rank_with_its_pool_engine_shape_and_batch() -> None:
@@ -29,3 +29,10 @@ def test_summary_names_every_rank_with_its_pool_engine_shape_and_batch() -> None
 
 def test_an_empty_ladder_reads_as_a_dash() -> None:
     assert Ladder().summary() == "-"
+
+
+def test_a_routed_rank_names_its_routing() -> None:
+    a = example_pools()[0]
+    chain = Chain("Llama-3.1-8B", a.environment, Config(routing=Routing.PREFIX_AFFINITY))
+    assert Ladder((Rank(chain, 2),)).summary().endswith(" batch256 prefix_affinity")
+    assert Ladder((Rank(chain, 1),)).summary().endswith(" batch256")  # nothing to route

@@ -138,15 +138,21 @@ class Ladder:
         return sum(r.price_usd_per_h for r in self.ranks)
 
     def summary(self) -> str:
-        """One line for people: ``2x pool vllm tp2 pp1 fp8 batch64 + …``, ``-`` when empty."""
+        """One line for people: ``2x pool vllm tp2 pp1 fp8 batch64 + …``, ``-`` when empty;
+        a rank of several replicas routed other than least-loaded names its routing."""
         if self.is_empty:
             return "-"
         parts = []
         for r in self.ranks:
             c = r.chain.config
+            routed = (
+                f" {c.routing.value}"
+                if r.replicas > 1 and c.routing is not Routing.LEAST_LOADED
+                else ""
+            )
             parts.append(
                 f"{r.replicas}x {r.chain.environment.id} {c.engine} tp{c.tp} pp{c.pp} "
-                f"{c.quant.value} batch{c.max_batch_size}"
+                f"{c.quant.value} batch{c.max_batch_size}{routed}"
             )
         return " + ".join(parts)
 
