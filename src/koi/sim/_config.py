@@ -64,22 +64,34 @@ class HardwareConfig:
     Every quantity is drawn per seed (and per the key named below) uniformly from its range,
     and never shown to a planner.
 
-    Memory and KV capacity, per GPU type: ``vram_reserve`` of the catalog VRAM is never
-    usable (driver, ECC, CUDA context, fragmentation); per engine: the memory utilisation the
-    deployment really runs with (``mem_util``; planners assume 0.9) and the CUDA-graph memory
-    pool (``graph_pool_gib``).  A replica whose KV cache would hold fewer than
-    ``min_kv_tokens`` tokens fails to start (out of memory at engine start-up) and never
-    materializes.
+    Memory and KV capacity, per GPU and instance type: ``vram_reserve`` of the catalog VRAM is
+    never usable (driver, ECC, CUDA context, virtualisation, fragmentation); per deployment
+    (engine × model): the memory utilisation it really ends up with when 0.9 is asked
+    (``mem_util``: the engine's profile run misjudges its peak; the offset applies to whatever
+    ``Config.gpu_memory_utilization`` asks) and the CUDA-graph memory pool
+    (``graph_pool_gib``).  A replica whose KV cache would hold fewer than ``min_kv_tokens``
+    tokens (or one ``max_model_len`` request) fails to start (out of memory at engine
+    start-up) and never materializes.
 
-    Scheduler, per engine: the share of the planned ``max_batch_size`` the deployment really
-    admits (``seqs_scale``: one of the listed values with the listed probabilities) and the
-    factor on ``max_batched_tokens`` (``tokens_scale``); SGLang runs with mixed chunked
-    prefill with probability ``sglang_mixed_prob``.  Per (engine, model): eager mode (no CUDA
-    graphs) with probability ``eager_prob``; otherwise decode batches are padded up to the
-    next CUDA-graph capture size (1, 2, 4, then multiples of 8 up to ``capture_max``, one of
-    the listed values) and larger batches run piecewise.  Per-iteration CPU overhead per
-    engine: ``base_ms`` (times 1 for vLLM, 0.8 for SGLang, 0.5 for TensorRT-LLM) plus
-    ``per_seq_us`` per running sequence; eager kernels cost ``launch_us`` each.
+    Scheduler, per deployment (engine × model: the team serving a model sets its flags): the
+    share of the planned ``max_batch_size`` the deployment really admits (``seqs_scale``: one
+    of the listed values with the listed probabilities) and the factor on
+    ``max_batched_tokens`` (``tokens_scale``); SGLang runs with mixed chunked prefill with
+    probability ``sglang_mixed_prob``; eager mode (no CUDA graphs) although graphs were asked
+    for with probability ``eager_prob``; otherwise decode batches are padded up to the next
+    CUDA-graph capture size (1, 2, 4, then multiples of 8 up to ``capture_max``, one of the
+    listed values) and larger batches run piecewise; sampling over the vocabulary (top-p
+    sorts, penalties) costs ``sample_ns_per_logit`` per logit of each sampling sequence at
+    H100 bandwidth.  Per-iteration CPU overhead per engine: ``base_ms`` (times 1 for vLLM, 0.8
+    for SGLang, 0.5 for TensorRT-LLM) plus ``per_seq_us`` per running sequence; eager kernels
+    cost ``launch_us`` each; all of it times the instance type's host CPU factor
+    (``host_cpu``, per cloud × instance type: host CPUs of different generations and clocks).
+
+    Checkpoints, per model: FP8 weights carry block-wise scales with probability
+    ``fp8_blockwise_prob``, which costs ``fp8_blockwise_cost`` times the compute-bound share of
+    every FP8 GEMM.  An FP8 KV cache (asked for, or TensorRT-LLM on an FP8 checkpoint) halves
+    KV bytes; its decode attention reads ``fp8_kv_read`` of the BF16 time per context token
+    (per engine: fewer bytes, plus the dequantization).
 
     Interconnect, per PCIe instance type with more than one GPU: no peer-to-peer when the
     catalog says so (``pcie_no_p2p``), and with probability ``no_p2p_prob`` where it says the
@@ -108,22 +120,31 @@ class HardwareConfig:
     tokens_scale: tuple[float, ...] = (0.5, 1.0, 2.0)
     tokens_scale_p: tuple[float, ...] = (0.3, 0.5, 0.2)
     sglang_mixed_prob: float = attrs.field(default=0.3, validator=_prob)
-    eager_prob: float = attrs.field(default=0.15, validator=_prob)
+    eager_prob: float = attrs.field(default=0.08, validator=_prob)
     capture_max: tuple[int, ...] = (256, 512)
     base_ms: tuple[float, float] = attrs.field(default=(0.5, 2.0), validator=_range)
     per_seq_us: tuple[float, float] = attrs.field(default=(2.0, 12.0), validator=_range)
     launch_us: tuple[float, float] = attrs.field(default=(3.0, 6.0), validator=_range)
     no_p2p_prob: float = attrs.field(default=0.5, validator=_prob)
-    host_gb_s: tuple[float, float] = attrs.field(default=(4.0, 10.0), validator=_range)
-    host_hop_us: tuple[float, float] = attrs.field(default=(15.0, 40.0), validator=_range)
+    host_gb_s: tuple[float, float] = attrs.field(default=(12.0, 24.0), validator=_range)
+    host_hop_us: tuple[float, float] = attrs.field(default=(1.5, 4.0), validator=_range)
     model_sigma: float = attrs.field(default=0.2, validator=non_negative)
     clock_sigma: float = attrs.field(default=0.04, validator=non_negative)
-    tp_penalty: tuple[float, float] = attrs.field(default=(0.0, 0.15), validator=_range)
+    collective_skew_us: tuple[float, float] = attrs.field(default=(1.0, 6.0), validator=_range)
     batch_slope: tuple[float, float] = attrs.field(default=(0.0, 0.08), validator=_range)
-    context_scale: tuple[float, float] = attrs.field(default=(0.8, 1.4), validator=_range)
+    context_scale: tuple[float, float] = attrs.field(default=(0.75, 1.35), validator=_range)
     pp_loss: tuple[float, float] = attrs.field(default=(0.2, 0.6), validator=_range)
     preempt_ms: tuple[float, float] = attrs.field(default=(0.5, 3.0), validator=_range)
     preempt_gb_s: tuple[float, float] = attrs.field(default=(8.0, 25.0), validator=_range)
+    host_cpu: tuple[float, float] = attrs.field(default=(0.75, 1.33), validator=_range)
+    sample_ns_per_logit: tuple[float, float] = attrs.field(default=(0.0, 0.08), validator=_range)
+    fp8_blockwise_prob: float = attrs.field(default=0.4, validator=_prob)
+    fp8_blockwise_cost: tuple[float, float] = attrs.field(default=(1.1, 1.5), validator=_range)
+    fp8_kv_read: tuple[float, float] = attrs.field(default=(0.55, 0.8), validator=_range)
+    tuning_sigma: float = attrs.field(default=0.12, validator=non_negative)
+    vllm_overlap_prob: float = attrs.field(default=0.5, validator=_prob)
+    overlap_prob: float = attrs.field(default=0.85, validator=_prob)
+    overlap_exposed: tuple[float, float] = attrs.field(default=(0.05, 0.25), validator=_range)
     step_noise_cv: float = attrs.field(default=0.05, validator=non_negative)
 
 

@@ -29,6 +29,8 @@ from koi.types import Config, Environment, GpuSpec, LinkKind, ModelSpec, Pool, Q
 __all__ = ["EngineTruth", "LinkTruth", "MeasuredStepModel", "MeasuredTruth"]
 
 _GIB = float(1 << 30)
+_HOST_FALLOFF = 1.8
+_PLANNED_MEM_UTIL = 0.9  # what HardwareConfig.mem_util is relative to (the engines' default)
 _ENGINE_BASE = {"vllm": 1.0, "sglang": 0.8, "trtllm": 0.5}
 _EAGER_KERNELS = 14  # kernels per layer launched one by one without CUDA graphs
 _PIECEWISE_KERNELS = 4  # attention and collectives left outside piecewise graphs
@@ -70,9 +72,14 @@ def _at(curve: list[float], x: float) -> float:
 
 @attrs.frozen
 class EngineTruth:
-    """The settings one engine really runs with in one seeded world (hidden)."""
+    """What one deployment (engine × model) really runs with in one seeded world (hidden).
 
-    mem_util: float
+    The engine's software costs (``base_ms`` … ``preempt_gb_s``, ``kv_read``) are drawn per
+    engine; the flags a deployment is started with (memory, scheduler, graphs, mixed chunks,
+    sampling) per engine and model, since the team serving a model sets them.
+    """
+
+    mem_offset: float
     graph_pool_gib: float
     seqs_scale: float
     tokens_scale: float
@@ -83,6 +90,10 @@ class EngineTruth:
     launch_us: float
     preempt_ms: float
     preempt_gb_s: float
+    sample_ns: float
+    kv_read: float
+    overlap: bool
+    exposed: float
 
 
 @attrs.frozen
@@ -181,6 +192,9 @@ class _Curves:
         config: Config,
         link: LinkTruth,
         context_scale: float,
+        fp8_cost: float = 1.0,
+        kv_read: float = 1.0,
+        tuning: float = 1.0,
     ) -> None:
         s = _shape(model, config)
         g = _GRID_1
@@ -195,6 +209,11 @@ class _Curves:
         peak = (gpu.fp8_tflops if dt == "fp8" and gpu.fp8_tflops else gpu.bf16_tflops) or 1.0
         ridge = peak / max(gpu.hbm_tb_s, 1e-3)
         lin_c = lin * g / (g + ridge)
+        lin = lin * tuning
+        if dt == "fp8" and fp8_cost != 1.0:
+            # Block-wise scales: the scaling work lands on the compute-bound share.
+            lin = lin + (fp8_cost - 1.0) * lin_c
+            lin_c = lin_c * fp8_cost
         head = src.gemm(g, s.vocab_n, s.hidden, "bf16")
         # Prefill attention of t query tokens, affine in causal query-key pairs p:
         # a(t) + p * alpha(t), alpha the measured marginal cost per pair between one prompt of
@@ -207,7 +226,7 @@ class _Curves:
         # measured latency between 256 and 8192 tokens of context per sequence.
         lo = src.decode_attention(g, 256.0, s.kv_heads, s.head_dim)
         hi = src.decode_attention(g, 8192.0, s.kv_heads, s.head_dim)
-        dec_s = np.maximum((hi - lo) / (g * (8192.0 - 256.0)), 1e-12) * context_scale
+        dec_s = np.maximum((hi - lo) / (g * (8192.0 - 256.0)), 1e-12) * context_scale * kv_read
         dec_a = np.maximum(lo - dec_s * g * 256.0, 0.25 * lo)
         msg = g * s.hidden * 2.0
         self.ar_graph = self.ar_eager = np.zeros_like(g)
@@ -284,7 +303,10 @@ def _allreduce(
     """One all-reduce over the chain's ``g`` GPUs, by the instance's real interconnect."""
     if link.kind == "host":
         # No peer-to-peer: NCCL stages every ring step through pinned host memory.
-        ring = 2.0 * (g - 1) / g * nbytes / (link.host_gb_s * 1e9)
+        # Every GPU stages through the same host memory at once: the bus bandwidth per GPU
+        # falls roughly as g^-1.8 (the measured L40S box: 20, 5.1, 1.5 GB/s at 2, 4, 8 GPUs).
+        bw = link.host_gb_s * 1e9 * (2.0 / g) ** _HOST_FALLOFF
+        ring = 2.0 * (g - 1) / g * nbytes / bw
         staged = (ring + 2 * (g - 1) * link.hop_us * 1e-6) * 1e3
         if _unmeasured(src):
             return np.asarray(staged)
@@ -330,10 +352,13 @@ class MeasuredStepModel:
         "_et",
         "_f",
         "_gpu",
+        "_host",
         "_layers",
         "_noise",
         "_pp",
         "_pp_loss",
+        "_sample_ms",
+        "_skew_ms",
         "_slope",
         "_tp",
         "slow",
@@ -356,6 +381,9 @@ class MeasuredStepModel:
         engine_name: str,
         slow: float,
         noise: tuple[int, float],
+        host: float = 1.0,
+        sample_ms: float = 0.0,
+        skew_ms: float = 0.0,
     ) -> None:
         self._c = curves
         self._et = engine
@@ -370,6 +398,9 @@ class MeasuredStepModel:
         self._engine = engine_name
         self.slow = slow
         self._noise = noise
+        self._host = host
+        self._sample_ms = sample_ms
+        self._skew_ms = skew_ms
 
     def step(
         self,
@@ -396,21 +427,27 @@ class MeasuredStepModel:
         head = _at(c.head, logits)
         batch = math.exp(self._slope * (math.log2(max(n, 1)) - 4.0)) if n else 1.0
         k = self._f * batch
-        kern = (self._layers * layer + head) * k
+        # Sampling over the vocabulary (top-p sorts, penalties) per sequence that samples.
+        kern = (self._layers * layer + head) * k + self._sample_ms * logits
         kern_c = (self._layers * layer_c + head * logits / (logits + 300.0)) * k
         comm = 0.0
         if self._tp > 1:
             ar = _at(c.ar_graph if graphed else c.ar_eager, tokens)
-            comm = 2.0 * self._layers * ar
+            comm = 2.0 * self._layers * (ar + self._skew_ms)
         bubble = 0.0
         if self._pp > 1:
             stage = kern + comm
             bubble = (self._pp - 1) * (self._pp_loss * stage + _at(c.send, tokens))
         et = self._et
-        over = et.base_ms + et.per_seq_us * 1e-3 * (n + (1 if t else 0))
+        over = (et.base_ms + et.per_seq_us * 1e-3 * (n + (1 if t else 0))) * self._host
+        if et.overlap:
+            # The scheduler prepares the next iteration while this one's kernels run: only
+            # what outlasts the context-free GPU work (and the sync points) shows.
+            floor = (self._layers * _at(c.lin, tokens) + head) * k
+            over = max(over - floor, et.exposed * over)
         if not graphed:
             kernels = _EAGER_KERNELS if (self._eager or t == 0) else _PIECEWISE_KERNELS
-            over += self._layers * kernels * et.launch_us * 1e-3
+            over += self._layers * kernels * et.launch_us * 1e-3 * self._host
         label, sigma = self._noise
         noise = 1.0
         if sigma > 0.0:
@@ -471,37 +508,76 @@ class MeasuredTruth:
             hit = self._memo[key] = float(self._rng(*labels).uniform(*span))
         return hit  # type: ignore[return-value]
 
-    def engine(self, engine: str) -> EngineTruth:
-        """The settings ``engine`` really runs with (per seed and engine)."""
-        key = ("engine", engine)
+    def engine(self, engine: str, model: ModelSpec) -> EngineTruth:
+        """What ``engine`` really runs ``model`` with (per seed, engine and model)."""
+        key = ("engine", engine, model.name)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = self._draw_engine(engine)
+            hit = self._memo[key] = self._draw_engine(engine, model.name)
         return hit  # type: ignore[return-value]
 
-    def _draw_engine(self, engine: str) -> EngineTruth:
+    def _draw_engine(self, engine: str, model: str) -> EngineTruth:
         hw = self._hw
-        rng = self._rng("engine", engine)
-        seqs = float(rng.choice(hw.seqs_scale, p=hw.seqs_scale_p))
-        toks = float(rng.choice(hw.tokens_scale, p=hw.tokens_scale_p))
-        mixed = engine != "sglang" or bool(rng.uniform() < hw.sglang_mixed_prob)
+        soft = self._rng("engine", engine)
+        flags = self._rng("deployment", engine, model)
+        seqs = float(flags.choice(hw.seqs_scale, p=hw.seqs_scale_p))
+        toks = float(flags.choice(hw.tokens_scale, p=hw.tokens_scale_p))
+        mixed = engine != "sglang" or bool(flags.uniform() < hw.sglang_mixed_prob)
+        overlap_p = hw.vllm_overlap_prob if engine == "vllm" else hw.overlap_prob
         return EngineTruth(
-            mem_util=float(rng.uniform(*hw.mem_util)),
-            graph_pool_gib=float(rng.uniform(*hw.graph_pool_gib)),
+            mem_offset=float(flags.uniform(*hw.mem_util)) - _PLANNED_MEM_UTIL,
+            graph_pool_gib=float(flags.uniform(*hw.graph_pool_gib)),
             seqs_scale=seqs,
             tokens_scale=toks,
             mixed_prefill=mixed,
-            capture_max=int(rng.choice(hw.capture_max)),
-            base_ms=float(rng.uniform(*hw.base_ms)) * _ENGINE_BASE.get(engine, 1.0),
-            per_seq_us=float(rng.uniform(*hw.per_seq_us)),
-            launch_us=float(rng.uniform(*hw.launch_us)),
-            preempt_ms=float(rng.uniform(*hw.preempt_ms)),
-            preempt_gb_s=float(rng.uniform(*hw.preempt_gb_s)),
+            capture_max=int(flags.choice(hw.capture_max)),
+            base_ms=float(soft.uniform(*hw.base_ms)) * _ENGINE_BASE.get(engine, 1.0),
+            per_seq_us=float(soft.uniform(*hw.per_seq_us)),
+            launch_us=float(soft.uniform(*hw.launch_us)),
+            preempt_ms=float(soft.uniform(*hw.preempt_ms)),
+            preempt_gb_s=float(soft.uniform(*hw.preempt_gb_s)),
+            sample_ns=float(flags.uniform(*hw.sample_ns_per_logit)),
+            kv_read=float(soft.uniform(*hw.fp8_kv_read)),
+            overlap=bool(flags.uniform() < overlap_p),
+            exposed=float(soft.uniform(*hw.overlap_exposed)),
         )
 
-    def eager(self, engine: str, model: ModelSpec) -> bool:
-        """Whether ``engine`` serves ``model`` without CUDA graphs (per seed, engine, model)."""
-        return self._u((0.0, 1.0), "eager", engine, model.name) < self._hw.eager_prob
+    def eager(self, config: Config, model: ModelSpec) -> bool:
+        """Whether the deployment runs without CUDA graphs: asked for (``cuda_graphs`` False),
+        or graphs failed to capture for ``model`` on the engine (per seed, engine, model)."""
+        if not config.cuda_graphs:
+            return True
+        return self._u((0.0, 1.0), "eager", config.engine, model.name) < self._hw.eager_prob
+
+    def host_cpu(self, environment: Environment | None) -> float:
+        """How much slower than the reference host the instance's CPU runs the engine's
+        scheduler (per cloud and instance type; 1 without an instance)."""
+        if environment is None:
+            return 1.0
+        where = (environment.cloud, environment.instance_type)
+        return self._u(self._hw.host_cpu, "host-cpu", *where)
+
+    def fp8_blockwise(self, model: ModelSpec) -> float:
+        """The factor on compute-bound FP8 GEMM time of ``model``'s FP8 checkpoint: 1 for
+        per-tensor scales, drawn for block-wise scales (per seed and model)."""
+        if self._u((0.0, 1.0), "fp8-block", model.name) >= self._hw.fp8_blockwise_prob:
+            return 1.0
+        return self._u(self._hw.fp8_blockwise_cost, "fp8-block-cost", model.name)
+
+    def tuning(self, gpu: GpuSpec, model: ModelSpec, config: Config) -> float:
+        """How much faster or slower than the measured shapes ``model``'s GEMMs run in
+        ``config``'s dtype on ``gpu`` under its engine: tuned kernel configurations cover some
+        shapes and not others (per seed, GPU, engine, model and dtype; log-normal)."""
+        key = (gpu.name, config.engine, model.name, config.quant)
+        z = _probit(self._u((0.0, 1.0), "tuning", *key))
+        return math.exp(self._hw.tuning_sigma * z)
+
+    def kv_fp8(self, config: Config) -> bool:
+        """Whether the KV cache is FP8: asked for, or TensorRT-LLM serving an FP8 checkpoint
+        (it takes the checkpoint's KV dtype; vLLM and SGLang keep BF16 under ``auto``)."""
+        if config.kv_cache_dtype == "fp8":
+            return True
+        return config.engine == "trtllm" and config.quant is Quant.FP8
 
     def link(self, gpu: GpuSpec, config: Config, environment: Environment | None) -> LinkTruth:
         """The real interconnect of a chain's GPUs."""
@@ -541,23 +617,28 @@ class MeasuredTruth:
             return LinkTruth("p2p")
         return LinkTruth("fabric")
 
-    def _factor(self, gpu: GpuSpec, model: ModelSpec, config: Config) -> float:
+    def _factor(
+        self, gpu: GpuSpec, model: ModelSpec, config: Config, environment: Environment | None
+    ) -> float:
         hw = self._hw
-        # Normal draws through the memoised uniforms (inverse CDF).
+        # Normal draws through the memoised uniforms (inverse CDF).  Sustained clocks follow
+        # the chassis (power cap, cooling) of each instance type.
+        where = (environment.cloud, environment.instance_type) if environment else ()
         z_model = _probit(self._u((0.0, 1.0), "model", model.name))
-        z_clock = _probit(self._u((0.0, 1.0), "clock", gpu.name))
-        f = math.exp(hw.model_sigma * z_model + hw.clock_sigma * z_clock)
-        pen = self._u(hw.tp_penalty, "tp", gpu.name, config.engine)
-        return f * (1.0 + pen * math.log2(config.tp)) if config.tp > 1 else f
+        z_clock = _probit(self._u((0.0, 1.0), "clock", gpu.name, *where))
+        return math.exp(hw.model_sigma * z_model + hw.clock_sigma * z_clock)
 
     # -- memory -------------------------------------------------------------------------------
 
     def limits(
         self, gpu: GpuSpec, model: ModelSpec, config: Config, environment: Environment | None
     ) -> ReplicaLimits | None:
-        """True KV capacity and scheduler limits of one replica; ``None`` if it cannot start."""
-        del environment
-        et = self.engine(config.engine)
+        """True KV capacity and scheduler limits of one replica; ``None`` if it cannot start.
+
+        Honours the config's engine knobs (memory utilisation, CUDA graphs, chunked prefill,
+        ``max_model_len``, KV dtype) the way the engines do, on the hidden usable VRAM.
+        """
+        et = self.engine(config.engine, model)
         s = _shape(model, config)
         tp, pp = config.tp, config.pp
         wbytes = {Quant.BF16: 2.0, Quant.FP8: 1.0, Quant.INT4: 0.5}[config.quant]
@@ -572,30 +653,41 @@ class MeasuredTruth:
         embed = 2.0 * model.vocab * model.hidden * 2.0 / tp
         weights = (body + embed) / _GIB
         tokens = max(512, round(config.max_batched_tokens * et.tokens_scale))
+        if not config.chunked_prefill:
+            # Whole prompts per iteration: the engine sizes its step for the longest one.
+            tokens = max(tokens, config.max_model_len or 0)
         i_tp = (
             model.experts_per_token * model.expert_intermediate if model.is_moe
             else model.intermediate
         ) / tp  # fmt: skip
         act = (tokens * (4 * model.hidden + 2 * i_tp) * 2.0 * 1.5) / _GIB + 0.4
-        eager = self.eager(config.engine, model)
-        graphs = 0.0 if eager else et.graph_pool_gib
-        nccl = 0.25 if tp > 1 else 0.0
-        reserve = self._u(self._hw.vram_reserve, "vram", gpu.name)
-        budget = gpu.memory_gib * (1.0 - reserve) * et.mem_util
-        kv_gib = budget - weights - act - graphs - nccl
-        per_token = 2.0 * s.layers * s.kv_heads * s.head_dim * 2.0
+        graphs = 0.0 if self.eager(config, model) else et.graph_pool_gib
+        nccl = 0.25 if tp * pp > 1 else 0.0
+        where = (environment.cloud, environment.instance_type) if environment else ()
+        reserve = self._u(self._hw.vram_reserve, "vram", gpu.name, *where)
+        device = gpu.memory_gib * (1.0 - reserve)
+        u = min(max(config.gpu_memory_utilization + et.mem_offset, 0.05), 0.99)
+        other = act + graphs + nccl
+        if config.engine == "sglang":  # mem_fraction_static: weights and KV only
+            kv_gib = u * device - weights
+        elif config.engine == "trtllm":  # free_gpu_memory_fraction of what is left
+            kv_gib = u * (device - weights - other)
+        else:  # vLLM: the utilisation covers everything the engine allocates
+            kv_gib = u * device - weights - other
+        kv_bytes = 1.0 if self.kv_fp8(config) else 2.0
+        per_token = 2.0 * s.layers * s.kv_heads * s.head_dim * kv_bytes
         kv_tokens = int(max(kv_gib, 0.0) * _GIB / per_token)
-        if kv_tokens < self._hw.min_kv_tokens:
+        if kv_tokens < max(self._hw.min_kv_tokens, config.max_model_len or 0):
             return None
         seqs = max(1, round(config.max_batch_size * et.seqs_scale))
-        per_token_all = per_token * config.gpus
         return ReplicaLimits(
             kv_capacity_tokens=kv_tokens,
             max_batch_size=seqs,
             max_batched_tokens=tokens,
-            mixed_prefill=et.mixed_prefill,
+            mixed_prefill=et.mixed_prefill and config.chunked_prefill,
+            chunk_admission=config.engine == "vllm" and config.chunked_prefill,
             preempt_stall_s=et.preempt_ms * 1e-3,
-            preempt_stall_s_per_token=per_token_all / config.gpus / (et.preempt_gb_s * 1e9),
+            preempt_stall_s_per_token=per_token / (et.preempt_gb_s * 1e9),
         )
 
     # -- steps --------------------------------------------------------------------------------
@@ -619,31 +711,44 @@ class MeasuredTruth:
         """The true step-time model of one replica (``slow`` > 1 for a degraded replica)."""
         hw = self._hw
         link = self.link(gpu, config, environment)
+        et = self.engine(config.engine, model)
         cscale = self._u(hw.context_scale, "context", gpu.name, config.engine, model.name)
+        fp8_cost = self.fp8_blockwise(model)
+        kv_read = et.kv_read if self.kv_fp8(config) else 1.0
         key: tuple[object, ...] = (gpu.name, model.name, config.engine, config.tp, config.pp)
-        key += (config.quant, link, cscale)
+        tuning = self.tuning(gpu, model, config)
+        key += (config.quant, link, cscale, fp8_cost, kv_read, tuning)
         curves = self._curves.get(key)
         if curves is None:
             src = self._source(gpu, config.engine)
-            curves = self._curves[key] = _Curves(src, gpu, model, config, link, cscale)
+            curves = self._curves[key] = _Curves(
+                src, gpu, model, config, link, cscale, fp8_cost, kv_read, tuning
+            )
         cv = hw.step_noise_cv
         sigma = math.sqrt(math.log1p(cv * cv))
         label = stable_seed("noise", self._seed, gpu.name, model.name, config, slow)
         return MeasuredStepModel(
             curves,
-            engine=self.engine(config.engine),
-            eager=self.eager(config.engine, model),
+            engine=et,
+            eager=self.eager(config, model),
             layers=_shape(model, config).layers,
             tp=config.tp,
             pp=config.pp,
             pp_loss=self._u(hw.pp_loss, "pp"),
-            factor=self._factor(gpu, model, config),
+            factor=self._factor(gpu, model, config, environment),
             batch_slope=self._u(hw.batch_slope, "batch", gpu.name, config.engine, model.name),
             board=self.board,
             gpu=gpu.name,
             engine_name=config.engine,
             slow=slow,
             noise=(label, sigma),
+            host=self.host_cpu(environment),
+            # Sorting is memory-bound: the draw is at H100 bandwidth (3.35 TB/s).
+            sample_ms=model.vocab * et.sample_ns * 1e-6 * 3.35 / max(gpu.hbm_tb_s, 0.1),
+            # Every collective waits for its slowest rank: more ranks, more skew.
+            skew_ms=self._u(hw.collective_skew_us, "skew", gpu.name, config.engine)
+            * 1e-3
+            * math.log2(config.tp),
         )
 
     def driver_update(

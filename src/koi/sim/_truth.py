@@ -57,6 +57,7 @@ class ReplicaLimits:
     max_batch_size: int
     max_batched_tokens: int
     mixed_prefill: bool
+    chunk_admission: bool = False
     preempt_stall_s: float = 0.0
     preempt_stall_s_per_token: float = 0.0
 
@@ -286,6 +287,7 @@ class TruthModel:
             max_batch_size=config.max_batch_size,
             max_batched_tokens=config.max_batched_tokens,
             mixed_prefill=SurrogateConfig().engine_profile(config.engine).mixed_prefill,
+            chunk_admission=SurrogateConfig().engine_profile(config.engine).chunk_admission,
         )
 
     def driver_update(

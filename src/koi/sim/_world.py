@@ -226,6 +226,7 @@ class World(Serving):
                 max_batch_size=limits.max_batch_size,
                 max_batched_tokens=limits.max_batched_tokens,
                 mixed_prefill=limits.mixed_prefill,
+                chunk_admission=limits.chunk_admission,
                 preempt_stall_s=limits.preempt_stall_s,
                 preempt_stall_s_per_token=limits.preempt_stall_s_per_token,
                 prefix_cache=True,  # vLLM and SGLang cache shared prefixes by default
