@@ -1,21 +1,26 @@
 """Simulator speed: simulated seconds per wall second on a scenario, and peak memory.
 
-Prints JSON.  ``python benchmarks/sim.py [--scenario hetero-3h] [--seed 0] [--koi]
-[--world measured|synthetic]``.
+Prints JSON.  ``python benchmarks/sim.py [--scenario hetero-3h] [--seed 0] [--repeats 3]
+[--koi] [--world measured|synthetic] [--no-fidelity]``.
 The trivial policies (greedy first fit, over-provision) measure the simulator itself; ``--koi``
 adds the koi planner (``koi.planner.Planner`` implements the ``koi.sim.Policy`` protocol).  Targets
 (DESIGN §12, issue 7): >= 1,000x real time with a trivial policy, <= 60 s wall with koi, peak
 memory <= 2 GiB.  The surrogate-versus-truth error of the scenario is reported too, overall and
 per GPU type.  On a shared machine wall time measures the neighbours, so simulated seconds per
-CPU second are reported next to the wall figure, with the load average before and after.
+CPU second are reported next to the wall figure, with the load average before and after.  Each
+trivial policy runs ``--repeats`` times (medians reported), alternating with a fixed
+pure-Python reference workload timed in the same process: its CPU time says how fast the
+machine was while the simulator ran (compare it across runs before comparing their speeds).
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
 import json
 import os
 import resource
+import statistics
 import sys
 import time
 from typing import Any
@@ -51,6 +56,37 @@ def _koi_policy() -> tuple[Policy | None, str]:
     return planner, ""
 
 
+def _reference_cpu_s() -> float:
+    """CPU seconds of a fixed workload shaped like the replay loop (heap, dicts, floats)."""
+    cpu0 = time.process_time()
+    heap: list[tuple[float, int]] = []
+    table: dict[int, float] = {}
+    x = 0.5
+    for i in range(400_000):
+        x = 3.9 * x * (1.0 - x)  # logistic map: stays in (0, 1)
+        heapq.heappush(heap, (x, i))
+        table[i % 4096] = table.get(i % 4096, 0.0) + x
+        if len(heap) > 64:
+            heapq.heappop(heap)
+    return time.process_time() - cpu0
+
+
+def _median_runs(
+    scenario: Scenario, make: Any, seed: int, repeats: int
+) -> tuple[dict[str, Any], list[float]]:
+    """``repeats`` runs of a fresh policy, each after a reference; medians of the speeds."""
+    runs, refs = [], []
+    for _ in range(repeats):
+        refs.append(_reference_cpu_s())
+        runs.append(_measure(scenario, make(), seed))
+    out = dict(runs[-1])
+    for key in ("wall_s", "cpu_s", "sim_s_per_wall_s", "sim_s_per_cpu_s"):
+        out[key] = statistics.median(r[key] or 0.0 for r in runs)
+    out["repeats"] = repeats
+    out["cpu_s_each"] = [r["cpu_s"] for r in runs]
+    return out, refs
+
+
 def _measure(scenario: Scenario, policy: Policy, seed: int) -> dict[str, Any]:
     cpu0 = time.process_time()
     result = run(scenario, policy, seed=seed)
@@ -77,21 +113,29 @@ def main() -> int:
     ap.add_argument("--koi", action="store_true", help="also time the koi planner")
     ap.add_argument("--no-fidelity", action="store_true", help="skip the surrogate error")
     ap.add_argument("--world", help="override the scenario's world (measured or synthetic)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs per trivial policy (median)")
     args = ap.parse_args()
     cat = load_catalog()
     scenario = load_scenario(args.scenario)
     if args.world:
         scenario = attrs.evolve(scenario, world=args.world)
     load_before = os.getloadavg()
-    runs = [
-        _measure(scenario, greedy_first_fit(cat.gpus, cat.models), args.seed),
-        _measure(scenario, over_provision(cat.gpus, cat.models), args.seed),
-    ]
+    refs: list[float] = []
+    runs = []
+    for make in (
+        lambda: greedy_first_fit(cat.gpus, cat.models),
+        lambda: over_provision(cat.gpus, cat.models),
+    ):
+        med, ref = _median_runs(scenario, make, args.seed, max(1, args.repeats))
+        runs.append(med)
+        refs += ref
     out: dict[str, Any] = {
         "scenario": args.scenario,
         "world": scenario.world,
         "seed": args.seed,
         "runs": runs,
+        "reference_cpu_s_median": round(statistics.median(refs), 3),
+        "reference_cpu_s_each": [round(r, 3) for r in refs],
     }
     if args.koi:
         policy, why = _koi_policy()

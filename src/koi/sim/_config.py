@@ -96,16 +96,25 @@ class HardwareConfig:
     Interconnect, per PCIe instance type with more than one GPU: no peer-to-peer when the
     catalog says so (``pcie_no_p2p``), and with probability ``no_p2p_prob`` where it says the
     node has it (virtualised or ACS-enabled hosts); without it, collectives are staged through
-    host memory at ``host_gb_s``, ``host_hop_us`` per step, and engines fall back from custom
-    all-reduce to NCCL.  Host bandwidth and hop time are hidden either way.
+    host memory at ``host_gb_s`` of bus bandwidth for two GPUs (falling as ``g^-1.8`` with the
+    ``g`` GPUs staging at once), ``host_hop_us`` per ring step, and engines fall back from
+    custom all-reduce to NCCL.  Both ranges are calibrated to the measured L40S NCCL table;
+    host bandwidth and hop time are hidden either way.
 
     Efficiency: per model (not model class) a log-normal factor of sigma ``model_sigma``; per
-    GPU type a sustained-clock factor of sigma ``clock_sigma``; per (GPU, engine) a TP
-    penalty ``tp_penalty`` per doubling of TP; per (GPU, engine, model) a batch slope
-    ``batch_slope`` (d ln time / d log2 batch of decode steps around 16 sequences: sampling
-    and scheduling work that the kernels alone do not show) and a factor ``context_scale``
-    on the context-proportional part of attention; per seed the share of pipeline stages
-    that do not overlap (``pp_loss``).
+    GPU and instance type a sustained-clock factor of sigma ``clock_sigma`` (chassis power cap
+    and cooling); per (GPU, engine, model, dtype) a log-normal kernel-tuning factor of sigma
+    ``tuning_sigma`` on GEMM time; per (GPU, engine) a skew of ``collective_skew_us`` per
+    all-reduce per doubling of TP (each collective waits for its slowest rank); per (GPU,
+    engine, model) a batch slope ``batch_slope`` (d ln time / d log2 batch of decode steps
+    around 16 sequences) and a factor ``context_scale`` on the context-proportional part of
+    attention (the deployment's attention backend against the measured one); per seed the
+    share of pipeline stages that do not overlap (``pp_loss``).
+
+    Overlap, per deployment: the scheduler prepares the next iteration while the GPU runs this
+    one with probability ``vllm_overlap_prob`` (vLLM) or ``overlap_prob`` (SGLang, TensorRT-LLM);
+    then only the CPU time that outlasts the step's context-free GPU work shows, and at least
+    the share ``overlap_exposed`` (per engine: sync points).
 
     Overload collapse: each preempted sequence stalls its replica ``preempt_ms`` plus its KV
     tokens at ``preempt_gb_s`` (block-table churn and re-admission), on top of the recompute.
