@@ -86,6 +86,7 @@ class CachedStepModel:
         "_br",
         "_decode",
         "_f",
+        "_interp",
         "_inv",
         "_k",
         "_log",
@@ -114,6 +115,7 @@ class CachedStepModel:
         self._inv = 1.0 / self._log
         self._k = math.ceil(1.0 / resolution)
         self._nodes: dict[tuple[int, int], _Node] = {}  # affine: (prefill tokens, seqs)
+        self._interp: dict[tuple[int, int], _Node] = {}  # nodes interpolated between them
         self._br: dict[int, tuple[int, int, float]] = {}
         self._decode: dict[tuple[int, int], StepTuple] = {}  # bucketed
         self._mixed: dict[tuple[int, int, int, int], StepTuple] = {}  # bucketed
@@ -189,7 +191,22 @@ class CachedStepModel:
         return _check(st)
 
     def _affine(self, t: int, p: float, n: int, c: float) -> StepTuple:
-        # Bilinear in (prefill tokens, decode seqs) between grid nodes, affine in (p, c).
+        g = self._interp.get((t, n))
+        if g is None:
+            g = self._interp[(t, n)] = self._between(t, n)
+        s0 = g[0] + p * g[5] + c * g[10]
+        s1 = g[1] + p * g[6] + c * g[11]
+        s2 = g[2] + p * g[7] + c * g[12]
+        s3 = g[3] + p * g[8] + c * g[13]
+        s4 = g[4] + p * g[9] + c * g[14]
+        total = (s0 if s0 > s1 else s1) + s2 + s3 + s4
+        if not total > 0.0 or min(s0, s1, s2, s3, s4) < 0.0:
+            return self._exact(t, p, n, c)  # the interpolation left the model's valid range
+        return (total, s0, s1, s2, s3, s4)
+
+    def _between(self, t: int, n: int) -> _Node:
+        """The node at ``(t, n)``: bilinear in (prefill tokens, decode seqs) between grid
+        nodes (memoised by the caller: the same batch shapes recur all the time)."""
         t0, t1, wt = self._bracket(t)
         n0, n1, wn = self._bracket(n)
         nodes = self._nodes
@@ -209,15 +226,7 @@ class CachedStepModel:
                     for a, b, d, e in zip(g, u, v, x, strict=True)
                 ]
             )
-        s0 = g[0] + p * g[5] + c * g[10]
-        s1 = g[1] + p * g[6] + c * g[11]
-        s2 = g[2] + p * g[7] + c * g[12]
-        s3 = g[3] + p * g[8] + c * g[13]
-        s4 = g[4] + p * g[9] + c * g[14]
-        total = (s0 if s0 > s1 else s1) + s2 + s3 + s4
-        if not total > 0.0 or min(s0, s1, s2, s3, s4) < 0.0:
-            return self._exact(t, p, n, c)  # the interpolation left the model's valid range
-        return (total, s0, s1, s2, s3, s4)
+        return g
 
     # -- bucket mode ----------------------------------------------------------------------
 
