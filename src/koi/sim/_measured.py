@@ -360,6 +360,7 @@ class MeasuredStepModel:
         "_sample_ms",
         "_skew_ms",
         "_slope",
+        "_terms",
         "_tp",
         "slow",
     )
@@ -401,6 +402,7 @@ class MeasuredStepModel:
         self._host = host
         self._sample_ms = sample_ms
         self._skew_ms = skew_ms
+        self._terms: dict[tuple[int, int], tuple[float, ...]] = {}
 
     def step(
         self,
@@ -410,51 +412,16 @@ class MeasuredStepModel:
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> StepTime:
-        c = self._c
-        t, n = prefill_tokens, decode_seqs
-        graphed = not self._eager and t == 0 and 0 < n <= self._cap
-        nb = _capture_pad(n, self._cap) if graphed else n
-        tokens = t + nb
-        layer = _at(c.lin, tokens)
-        layer_c = _at(c.lin_c, tokens)
-        if t:
-            pre = _at(c.pre_a, t) + _at(c.pre_s, t) * prefill_pairs
-            layer += pre
-            layer_c += pre
-        if n:
-            layer += _at(c.dec_a, nb) + _at(c.dec_s, nb) * decode_context_tokens
-        logits = nb + (1 if t else 0)
-        head = _at(c.head, logits)
-        batch = math.exp(self._slope * (math.log2(max(n, 1)) - 4.0)) if n else 1.0
-        k = self._f * batch
-        # Sampling over the vocabulary (top-p sorts, penalties) per sequence that samples.
-        kern = (self._layers * layer + head) * k + self._sample_ms * logits
-        kern_c = (self._layers * layer_c + head * logits / (logits + 300.0)) * k
-        comm = 0.0
-        if self._tp > 1:
-            ar = _at(c.ar_graph if graphed else c.ar_eager, tokens)
-            comm = 2.0 * self._layers * (ar + self._skew_ms)
+        key = (prefill_tokens, decode_seqs)
+        terms = self._terms.get(key)
+        if terms is None:
+            terms = self._terms[key] = self._shape_terms(prefill_tokens, decode_seqs)
+        base, base_c, per_pair, per_ctx, comm, send, over, noise = terms
+        kern = base + per_pair * prefill_pairs + per_ctx * decode_context_tokens
+        kern_c = base_c + per_pair * prefill_pairs
         bubble = 0.0
         if self._pp > 1:
-            stage = kern + comm
-            bubble = (self._pp - 1) * (self._pp_loss * stage + _at(c.send, tokens))
-        et = self._et
-        over = (et.base_ms + et.per_seq_us * 1e-3 * (n + (1 if t else 0))) * self._host
-        if et.overlap:
-            # The scheduler prepares the next iteration while this one's kernels run: only
-            # what outlasts the context-free GPU work (and the sync points) shows.
-            floor = (self._layers * _at(c.lin, tokens) + head) * k
-            over = max(over - floor, et.exposed * over)
-        if not graphed:
-            kernels = _EAGER_KERNELS if (self._eager or t == 0) else _PIECEWISE_KERNELS
-            over += self._layers * kernels * et.launch_us * 1e-3 * self._host
-        label, sigma = self._noise
-        noise = 1.0
-        if sigma > 0.0:
-            # Log-normal noise of mean 1 keyed by the batch shape only (affine in pairs and
-            # context, so the engine's step cache stays exact).
-            u = (zlib.crc32(f"{label}:{t}:{n}".encode()) + 0.5) / 4294967296.0
-            noise = math.exp(sigma * _NORMAL.inv_cdf(u) - 0.5 * sigma * sigma)
+            bubble = (self._pp - 1) * (self._pp_loss * (kern + comm) + send)
         s = noise * self.slow / self._board.speed(self._gpu, self._engine) * 1e-3
         return StepTime(
             compute_s=kern_c * s,
@@ -462,6 +429,68 @@ class MeasuredStepModel:
             comm_s=comm * s,
             bubble_s=bubble * s,
             overhead_s=over * s,
+        )
+
+    def _shape_terms(self, t: int, n: int) -> tuple[float, ...]:
+        """Everything of a step that depends on its batch shape only (ms): kernel time at
+        zero pairs and context (memory- and compute-bound), its slopes per prefill pair and
+        per context token, collectives, the pipeline send, CPU overhead and the noise.
+        Memoised per shape: the engine's step cache asks three times per shape."""
+        c = self._c
+        graphed = not self._eager and t == 0 and 0 < n <= self._cap
+        nb = _capture_pad(n, self._cap) if graphed else n
+        tokens = t + nb
+        layers = self._layers
+        lin = _at(c.lin, tokens)
+        layer = lin
+        layer_c = _at(c.lin_c, tokens)
+        per_pair = per_ctx = 0.0
+        if t:
+            pre = _at(c.pre_a, t)
+            layer += pre
+            layer_c += pre
+            per_pair = _at(c.pre_s, t)
+        if n:
+            layer += _at(c.dec_a, nb)
+            per_ctx = _at(c.dec_s, nb)
+        logits = nb + (1 if t else 0)
+        head = _at(c.head, logits)
+        batch = math.exp(self._slope * (math.log2(max(n, 1)) - 4.0)) if n else 1.0
+        k = self._f * batch
+        # Sampling over the vocabulary (top-p sorts, penalties) per sequence that samples.
+        base = (layers * layer + head) * k + self._sample_ms * logits
+        base_c = (layers * layer_c + head * logits / (logits + 300.0)) * k
+        comm = 0.0
+        if self._tp > 1:
+            ar = _at(c.ar_graph if graphed else c.ar_eager, tokens)
+            comm = 2.0 * layers * (ar + self._skew_ms)
+        send = _at(c.send, tokens) if self._pp > 1 else 0.0
+        et = self._et
+        over = (et.base_ms + et.per_seq_us * 1e-3 * (n + (1 if t else 0))) * self._host
+        if et.overlap:
+            # The scheduler prepares the next iteration while this one's kernels run: only
+            # what outlasts the context-free GPU work (and the sync points) shows.
+            floor = (layers * lin + head) * k
+            over = max(over - floor, et.exposed * over)
+        if not graphed:
+            kernels = _EAGER_KERNELS if (self._eager or t == 0) else _PIECEWISE_KERNELS
+            over += layers * kernels * et.launch_us * 1e-3 * self._host
+        label, sigma = self._noise
+        noise = 1.0
+        if sigma > 0.0:
+            # Log-normal noise of mean 1 keyed by the batch shape only (affine in pairs and
+            # context, so the engine's step cache stays exact).
+            u = (zlib.crc32(f"{label}:{t}:{n}".encode()) + 0.5) / 4294967296.0
+            noise = math.exp(sigma * _NORMAL.inv_cdf(u) - 0.5 * sigma * sigma)
+        return (
+            base,
+            base_c,
+            layers * per_pair * k,
+            layers * per_ctx * k,
+            comm,
+            send,
+            over,
+            noise,
         )
 
 
