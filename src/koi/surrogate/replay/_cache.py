@@ -92,6 +92,7 @@ class CachedStepModel:
         "_log",
         "_mixed",
         "_nodes",
+        "_rows",
         "affine",
         "model",
     )
@@ -116,6 +117,7 @@ class CachedStepModel:
         self._k = math.ceil(1.0 / resolution)
         self._nodes: dict[tuple[int, int], _Node] = {}  # affine: (prefill tokens, seqs)
         self._interp: dict[tuple[int, int], _Node] = {}  # nodes interpolated between them
+        self._rows: dict[tuple[int, int], _Node] = {}  # at grid prefill tokens, any seqs
         self._br: dict[int, tuple[int, int, float]] = {}
         self._decode: dict[tuple[int, int], StepTuple] = {}  # bucketed
         self._mixed: dict[tuple[int, int, int, int], StepTuple] = {}  # bucketed
@@ -206,27 +208,28 @@ class CachedStepModel:
 
     def _between(self, t: int, n: int) -> _Node:
         """The node at ``(t, n)``: bilinear in (prefill tokens, decode seqs) between grid
-        nodes (memoised by the caller: the same batch shapes recur all the time)."""
+        nodes, as linear in ``t`` between two rows interpolated in ``n`` (memoised by the
+        caller: the same batch shapes recur all the time)."""
         t0, t1, wt = self._bracket(t)
-        n0, n1, wn = self._bracket(n)
-        nodes = self._nodes
-        node = self._node
-        g = nodes.get((t0, n0)) or node(t0, n0)
-        if wt or wn:
-            w00 = (1.0 - wt) * (1.0 - wn)
-            w10 = wt * (1.0 - wn)
-            w01 = (1.0 - wt) * wn
-            w11 = wt * wn
-            u = (nodes.get((t1, n0)) or node(t1, n0)) if wt else g
-            v = (nodes.get((t0, n1)) or node(t0, n1)) if wn else g
-            x = (nodes.get((t1, n1)) or node(t1, n1)) if wt and wn else g
-            g = tuple(
-                [
-                    w00 * a + w10 * b + w01 * d + w11 * e
-                    for a, b, d, e in zip(g, u, v, x, strict=True)
-                ]
-            )
-        return g
+        a = self._row(t0, n)
+        if not wt:
+            return a
+        b = self._row(t1, n)
+        w = 1.0 - wt
+        return tuple([w * x + wt * y for x, y in zip(a, b, strict=True)])
+
+    def _row(self, t: int, n: int) -> _Node:
+        """The node at grid ``t`` and any ``n``, linear in ``n`` between grid nodes."""
+        hit = self._rows.get((t, n))
+        if hit is None:
+            n0, n1, wn = self._bracket(n)
+            hit = self._nodes.get((t, n0)) or self._node(t, n0)
+            if wn:
+                hi = self._nodes.get((t, n1)) or self._node(t, n1)
+                w = 1.0 - wn
+                hit = tuple([w * x + wn * y for x, y in zip(hit, hi, strict=True)])
+            self._rows[(t, n)] = hit
+        return hit
 
     # -- bucket mode ----------------------------------------------------------------------
 
