@@ -44,7 +44,8 @@ class SurrogateError:
 
 
 def _chains(world: World, job: Job, gpu: str) -> Iterator[Chain]:
-    """The C2-feasible single-replica chains of ``job`` on ``gpu`` (TP 1-8, BF16/FP8/INT4)."""
+    """The C2-feasible single-replica chains of ``job`` on ``gpu`` (TP 1-8, the job's precisions
+    among BF16/FP8/INT4)."""
     seen: set[tuple[str, str, Config]] = set()
     for pool in world.pools():
         env = pool.environment
@@ -52,6 +53,8 @@ def _chains(world: World, job: Job, gpu: str) -> Iterator[Chain]:
             continue
         for tp in (1, 2, 4, 8):
             for quant in (Quant.BF16, Quant.FP8, Quant.INT4):
+                if not job.accepts(quant):  # the owner's precision policy is part of C2
+                    continue
                 chain = Chain(job.model, env, Config(tp=tp, quant=quant))
                 key = (env.cloud, env.instance_type, chain.config)
                 if key in seen or not world._feasibility(chain).ok:
@@ -189,7 +192,7 @@ def _probe(step: StepTimeModel) -> list[float]:
 
 def stratum_fit(scenario: Scenario | str, *, seed: int = 0) -> StratumFit:
     """Fit one multiplier per koi stratum to the prior's error over the scenario's feasible
-    configurations (every job × instance type × TP 1-8 × BF16/FP8/INT4 that passes C2 and
+    configurations (every job × instance type × TP 1-8 × the job's precisions that passes C2 and
     starts under the truth; the planners' engine, vLLM) and report the share of the squared
     log error it removes.  Quantities compared: three decode steps, one prefill step
     (:data:`_DECODE`, :data:`_PREFILL`) and the saturated capacity of the job's workload.
