@@ -20,7 +20,14 @@ from koi.risk import RiskConfig
 from koi.scoring import ScoringConfig
 from koi.selector import BudgetConfig, SelectorConfig
 from koi.surrogate import SurrogateConfig
-from koi.types.validators import fraction, non_negative_int, optional, positive, positive_int
+from koi.types.validators import (
+    fraction,
+    non_negative,
+    non_negative_int,
+    optional,
+    positive,
+    positive_int,
+)
 
 __all__ = ["CorrectionConfig", "KoiConfig", "PlannerConfig", "with_knobs"]
 
@@ -47,6 +54,12 @@ class PlannerConfig:
     (as ``koi bench`` runs) means no deadline, so that decisions never depend on machine speed.
     A snapshot of more than ``max_jobs`` jobs is refused with a clear error (S0) rather than
     planned past any reasonable tick time.
+    Admission (making room, best effort): ``make_room`` lets the planner propose, for up to
+    ``make_room_jobs`` jobs per tick with no candidate within C3 on free capacity, ladders on
+    GPUs that jobs of no higher priority could release within their own targets, together
+    with those jobs' smaller ladders; a job whose policy is ``serve_best_effort`` also gets its
+    ``best_effort_candidates`` least risky ladders on free capacity, and deferring it is worth
+    ``refusal_margin`` less than the worst of them.
     ``learning`` and ``causal_graph`` exist for the ablations: without learning the evidence
     state never changes (``koi-frozen``); without the causal graph there are no strata, no
     mechanisms and no exploration, and evidence is pooled fleet-wide (``koi-nograph``).
@@ -63,6 +76,10 @@ class PlannerConfig:
     drift_tolerance: float = attrs.field(default=0.15, validator=fraction)
     max_jobs: int = attrs.field(default=1000, validator=positive_int)
     tick_deadline_s: float | None = attrs.field(default=120.0, validator=optional(positive))
+    make_room: bool = True
+    make_room_jobs: int = attrs.field(default=4, validator=non_negative_int)
+    best_effort_candidates: int = attrs.field(default=2, validator=non_negative_int)
+    refusal_margin: float = attrs.field(default=1.0, validator=non_negative)
     learning: bool = True
     causal_graph: bool = True
 

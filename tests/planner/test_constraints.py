@@ -157,10 +157,11 @@ def check_constraints(planner: Planner, snapshot: ClusterSnapshot, result: TickR
     for a in plan.actions:
         for pool, gpus in a.ladder.gpus_by_pool().items():
             steady[pool] += gpus
-            peak[pool] += gpus
-        if a.kind is ActionKind.RECONFIGURE:  # make-before-break: old and new overlap
-            for pool, gpus in current[a.job_id].gpus_by_pool().items():
-                peak[pool] += gpus
+        # make-before-break: a new chain comes up beside the old one; a scale-in frees at once
+        if a.kind is ActionKind.RECONFIGURE:
+            peak.update(a.ladder.switch_peak_by_pool(current[a.job_id]))
+        else:
+            peak.update(a.ladder.gpus_by_pool())
     for pool, used in peak.items():
         assert used <= capacity[pool], f"C1 {pool}: {used} > {capacity[pool]}"
     for a in plan.actions:  # C2 for every new ladder
@@ -168,9 +169,18 @@ def check_constraints(planner: Planner, snapshot: ClusterSnapshot, result: TickR
             for rank in a.ladder.ranks:
                 assert planner.surrogate.feasibility(rank.chain).ok
     tau = planner.config.planner.tau
-    for c in result.candidates:  # C3 for every chosen change
+    free = Counter(capacity)
+    for ladder in current.values():
+        free.subtract(ladder.gpus_by_pool())
+    best_effort: Counter[str] = Counter()
+    for c in result.candidates:  # C3 for every chosen change but the best-effort ones
         if c.chosen and c.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE):
-            assert c.breach_probability <= tau
+            if "best-effort" in c.sources:
+                best_effort.update(c.ladder.gpus_by_pool())
+            else:
+                assert c.breach_probability <= tau
+    for pool, used in best_effort.items():  # ...which take only GPUs nobody holds
+        assert used <= max(free[pool], 0), f"best effort on {pool}: {used} > {free[pool]}"
     moved = sum(a.kind is ActionKind.RECONFIGURE for a in plan.actions)
     assert moved <= result.knobs["swap_budget"]  # C4
     jobs = {j.id: j for j in snapshot.jobs}

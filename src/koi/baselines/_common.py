@@ -68,9 +68,22 @@ __all__ = [
 DRIFT_TOLERANCE = 0.15
 
 
-def host_order(jobs: Iterable[Job]) -> list[Job]:
-    """The order a host checks actions in: priority (high first), then arrival, then id."""
-    return sorted(jobs, key=lambda j: (-j.priority, j.arrival_s, j.id))
+def host_order(
+    jobs: Iterable[Job],
+    actions: Mapping[str, JobAction] | None = None,
+    current: Mapping[str, Ladder] | None = None,
+) -> list[Job]:
+    """The order a host checks actions in: stops and scale-ins of running jobs first (they
+    free GPUs at once), then priority (high first), arrival and id."""
+    actions, current = actions or {}, current or {}
+
+    def releases(job: Job) -> bool:
+        act, now = actions.get(job.id), current.get(job.id, Ladder())
+        if act is None or now.is_empty:
+            return False
+        return act.kind in (ActionKind.DEFER, ActionKind.STOP) or act.ladder.scales_in(now)
+
+    return sorted(jobs, key=lambda j: (not releases(j), -j.priority, j.arrival_s, j.id))
 
 
 def _finished(job: Job) -> bool:
@@ -118,7 +131,7 @@ def safe_plan(
     use = _pool_use(current.values())
     out: list[JobAction] = []
     repaired = 0
-    for job in host_order(snapshot.jobs):
+    for job in host_order(snapshot.jobs, actions, current):
         now = current.get(job.id, Ladder())
         act = actions.get(job.id)
         if act is None:

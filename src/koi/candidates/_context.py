@@ -42,6 +42,15 @@ def _outcome(value: object) -> Outcome:
     return found
 
 
+def _counts(value: Mapping[str, Any]) -> Mapping[str, int]:
+    out: dict[str, int] = {}
+    for pool, n in dict(value).items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InvalidInput(f"reclaimable[{pool!r}]: must be an integer >= 0, got {n!r}")
+        out[str(pool)] = n
+    return out
+
+
 def _outcomes(value: Iterable[object]) -> tuple[Outcome, ...]:
     return tuple(_outcome(v) for v in value)
 
@@ -68,6 +77,9 @@ class ProposalContext:
     diagnostics on the previous round's candidates (why they were invalid or did not improve).
     ``deadline_s`` is a :func:`time.monotonic` instant a proposer must return before (``inf``:
     none, as in the benchmark, whose plans must not depend on the machine's speed).
+    ``reclaimable`` counts, per pool, GPUs other jobs could release for this one this tick
+    (making room); a proposer may place on them as if they were free, and the joint selection
+    takes the ladder only together with the other jobs' smaller ladders.
 
     .. versionadded:: 0.1
     """
@@ -93,3 +105,4 @@ class ProposalContext:
     max_candidates: int = attrs.field(default=8, validator=positive_int)
     at_risk: tuple[Outcome, ...] = attrs.field(default=(), converter=_outcomes)
     evidence: EvidenceStore | None = attrs.field(default=None, hash=False, eq=False)
+    reclaimable: Mapping[str, int] = attrs.field(factory=dict, converter=_counts, hash=False)

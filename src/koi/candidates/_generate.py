@@ -67,6 +67,8 @@ class CandidateGenerator:
         if not envs:
             return []
         free = free_gpus(snapshot, except_job=job.id)
+        for pool, n in context.reclaimable.items():  # making room: others could shrink
+            free[pool] = max(free.get(pool, 0), 0) + n
         # Later rounds come back because earlier candidates were too risky or did not
         # improve: give each replica more headroom.
         headroom = self.cfg.retry_headroom**context.round

@@ -15,10 +15,11 @@ import attrs
 
 from koi.calibration import swap_budget
 from koi.config import KoiConfig
+from koi.planner._admission import BEST_EFFORT, MAKE_ROOM, Admission
 from koi.planner._corrections import correction_fn
 from koi.planner._evaluate import Evaluated, Evaluator
 from koi.planner._learn import LearnReport
-from koi.planner._report import CandidateReport, TickResult
+from koi.planner._report import AtRisk, CandidateReport, TickResult, Verdict
 from koi.planner._safety import guarded_stop, safe_actions, shed_transient
 from koi.planner._state import LedgerEntry, PlannerState
 from koi.plugins import LaunchBatch
@@ -26,6 +27,7 @@ from koi.selector import Candidate, SelectionProblem, pool_capacities, select
 from koi.surrogate import Surrogate
 from koi.types import (
     ActionKind,
+    AdmissionPolicy,
     Chain,
     ClusterSnapshot,
     GpuSpec,
@@ -115,8 +117,11 @@ def select_plan(
     learned: LearnReport,
     cfg: KoiConfig,
     errors: Sequence[str],
+    admission: Admission | None = None,
+    late: Mapping[str, str] | None = None,
 ) -> TickResult:
-    """Solve the joint selection and turn the choice into the plan with its reasons."""
+    """Solve the joint selection and turn the choice into the plan with its reasons, and name
+    the jobs at risk (``admission``'s verdicts, ``late`` batch jobs, ladders past C3)."""
     if jobs:
         selection = select(problem, cfg=cfg.selector)
         status, objective, gap = selection.status.value, selection.objective, selection.gap
@@ -127,17 +132,26 @@ def select_plan(
         JobAction(j.id, ActionKind.STOP, Ladder(), "finished") for j in finished
     ]
     reports: list[CandidateReport] = []
+    picked: dict[str, Evaluated] = {}
     for job in jobs:
         pick = chosen[job.id]
         mine = candidates[job.id]
         for ev in mine.values():
             reports.append(attrs.evolve(ev.report, chosen=ev.report.key == pick))
-        ev = next(e for e in mine.values() if e.report.key == pick)
-        actions.append(JobAction(job.id, ev.report.kind, ev.report.ladder, _reason(ev, mine)))
+        picked[job.id] = next(e for e in mine.values() if e.report.key == pick)
+    room = made_room(snapshot, picked)
+    at_risk = jobs_at_risk(jobs, picked, admission or Admission(), late or {}, tau=cfg.planner.tau)
+    for job in jobs:
+        ev = picked[job.id]
+        reason = _reason(ev, candidates[job.id]) + room.get(job.id, "")
+        actions.append(JobAction(job.id, ev.report.kind, ev.report.ladder, reason))
+    diagnostics: dict[str, object] = {"selector": status, "gap": gap}
+    if at_risk:
+        diagnostics["at_risk"] = {r.job_id: r.verdict.value for r in at_risk}
     plan = Plan(
         time_s=snapshot.time_s,
         actions=tuple(sorted(actions, key=lambda a: a.job_id)),
-        diagnostics={"selector": status, "gap": gap},
+        diagnostics=diagnostics,
     )
     learning = attrs.evolve(
         learned,
@@ -154,7 +168,86 @@ def select_plan(
         knobs=knobs(state, problem.swap_budget),
         errors=tuple(errors),
         learning=learning,
+        at_risk=at_risk,
     )
+
+
+def made_room(snapshot: ClusterSnapshot, picked: Mapping[str, Evaluated]) -> dict[str, str]:
+    """Reason suffixes naming what was moved for whom: a chosen scale-in made for room, and the
+    placed or moved jobs that take GPUs on the pools it frees."""
+    current = snapshot.current_ladders
+    free = Counter({p.id: p.capacity_gpus for p in snapshot.pools})
+    for ladder in current.values():
+        free.subtract(ladder.gpus_by_pool())
+    shrunk: dict[str, dict[str, int]] = {}
+    for job_id, ev in picked.items():
+        r = ev.report
+        if MAKE_ROOM in r.sources and r.kind is ActionKind.RECONFIGURE:
+            before = current[job_id].gpus_by_pool()
+            after = r.ladder.gpus_by_pool()
+            gone = {p: n - after.get(p, 0) for p, n in before.items() if n > after.get(p, 0)}
+            if gone:
+                shrunk[job_id] = gone
+    if not shrunk:
+        return {}
+    takers: dict[str, list[str]] = {}
+    for job_id, ev in picked.items():
+        r = ev.report
+        if job_id in shrunk or r.kind not in (ActionKind.PLACE, ActionKind.RECONFIGURE):
+            continue
+        held = current.get(job_id, Ladder()).gpus_by_pool()
+        for pool, n in r.ladder.gpus_by_pool().items():
+            if n - held.get(pool, 0) > max(free[pool], 0):
+                takers.setdefault(pool, []).append(job_id)
+    out: dict[str, str] = {}
+    for donor, gone in sorted(shrunk.items()):
+        for pool, n in sorted(gone.items()):
+            whom = takers.get(pool, [])
+            if not whom:
+                continue
+            out[donor] = out.get(donor, "") + (
+                f"; made room: gave up {n} GPUs on {pool} for {', '.join(sorted(whom))}"
+            )
+            for taker in whom:
+                out[taker] = out.get(taker, "") + f"; room made: {donor} gave up {n} GPUs on {pool}"
+    return out
+
+
+def jobs_at_risk(
+    jobs: Sequence[Job],
+    picked: Mapping[str, Evaluated],
+    admission: Admission,
+    late: Mapping[str, str],
+    *,
+    tau: float,
+) -> tuple[AtRisk, ...]:
+    """The jobs the plan may not serve within their target, and why."""
+    out: list[AtRisk] = []
+    for job in jobs:
+        r = picked[job.id].report
+        serving = not r.ladder.is_empty
+        p = r.breach_probability if serving else 1.0
+        verdict = admission.verdicts.get(job.id)
+        if verdict is not None and (not serving or p > tau):
+            how = (
+                "served best effort"
+                if BEST_EFFORT in r.sources
+                else "served"
+                if serving
+                else "refused (admission policy)"
+                if job.admission is AdmissionPolicy.REFUSE
+                else "not served"
+            )
+            out.append(
+                attrs.evolve(verdict, detail=f"{verdict.detail}; {how}", breach_probability=p)
+            )
+        elif job.id in late:
+            out.append(AtRisk(job.id, Verdict.DEADLINE, late[job.id], p))
+        elif serving and p > tau:
+            out.append(
+                AtRisk(job.id, Verdict.BREACH, f"breach probability {p:.2f} > τ {tau:.2f}", p)
+            )
+    return tuple(out)
 
 
 def fallback_result(

@@ -278,11 +278,12 @@ class Evaluator:
             cfg=self.cfg.scoring,
         )
 
-    def defer(self, job: Job) -> Evaluated:
-        """The empty ladder: defer a pending job, stop an active one."""
+    def defer(self, job: Job, *, work_s: float = 0.0) -> Evaluated:
+        """The empty ladder: defer a pending job, stop an active one.  ``work_s``: how long a
+        batch job's remaining work takes at the best rate on offer (its deadline slack)."""
         active = job.id in self.current
         kind = ActionKind.STOP if active else ActionKind.DEFER
-        j = deferral_score(job, self.cfg.scoring, now_s=self.snapshot.time_s)
+        j = deferral_score(job, self.cfg.scoring, now_s=self.snapshot.time_s, work_s=work_s)
         held = self.current.get(job.id)
         report = CandidateReport(
             job_id=job.id, key=kind.value, kind=kind, ladder=Ladder(), tchebycheff=j, value=j
@@ -306,6 +307,7 @@ class Evaluator:
         key: str,
         sources: tuple[str, ...] = (),
         replay: bool = False,
+        best_effort: bool = False,
     ) -> Evaluated:
         """Predict, validate (C2, C3) and score one ladder for ``job``.
 
@@ -313,7 +315,9 @@ class Evaluator:
         ladder the owner does not accept is rejected before it is predicted.
 
         Candidates are screened with the surrogate's closed form; ``replay`` re-predicts with
-        the replay engine (the planner does that for each job's short list).
+        the replay engine (the planner does that for each job's short list).  A
+        ``best_effort`` candidate is not rejected by C3: it is marked for the selector, which
+        lets best-effort candidates use only the GPUs nobody holds.
         """
         current = self.current.get(job.id)
         if current is None:
@@ -365,7 +369,7 @@ class Evaluator:
             exploration_items=len(covers),
         )
         tau = self.cfg.planner.tau
-        if p > tau and kind is not ActionKind.KEEP:
+        if p > tau and kind is not ActionKind.KEEP and not best_effort:
             # C3.  A running ladder is never rejected for risk: stopping it breaches for sure.
             reason = f"C3: breach {p:.2f} > τ {tau:.2f}"
             return Evaluated(attrs.evolve(report, rejected=reason), None, pred, terms)
@@ -377,6 +381,14 @@ class Evaluator:
             gpus_by_pool=ladder.gpus_by_pool(),
             covers=covers,
             changes=kind is ActionKind.RECONFIGURE,
+            # What the host holds while it switches: added replicas beside the old ones,
+            # removed ones stopped at once, a new chain beside the one it replaces.
+            transient_gpus_by_pool=(
+                ladder.switch_peak_by_pool(current)
+                if current is not None and kind is ActionKind.RECONFIGURE
+                else None
+            ),
+            best_effort=best_effort,
         )
         return Evaluated(report, candidate, pred, terms)
 

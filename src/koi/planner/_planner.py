@@ -34,6 +34,7 @@ from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
 from koi.dag import admit_mechanism, default_dag
 from koi.errors import KoiError, StateError
+from koi.planner._admission import admit
 from koi.planner._books import reference_cost
 from koi.planner._checkpoint import CheckpointLock, load_checkpoint, save_checkpoint
 from koi.planner._close import closed_state, tick_report
@@ -49,6 +50,7 @@ from koi.planner._evaluate import Evaluator, replay_short_lists
 from koi.planner._learn import learn
 from koi.planner._mining import mine_mechanisms
 from koi.planner._observe import checked_observations, collect_telemetry, take_snapshot
+from koi.planner._progress import Progress, late_batch_jobs, record_progress, work_time_s
 from koi.planner._propose import (
     Candidates,
     budget_books,
@@ -143,6 +145,7 @@ class Planner:
         self._reference_costs: dict[object, float] = {}
         self._exercised: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] = {}
         self._observed_rates: dict[str, float] = {}
+        self._progress: dict[str, Progress] = {}  # batch progress at the last tick
         self._deadline = TickDeadline()
         self.state_path = Path(state_path) if state_path is not None else None
         # One writer per state file: a second planner would overwrite this one's learning.
@@ -358,6 +361,8 @@ class Planner:
             exercised=self._exercised_memo(),
         )
         candidates = self._incumbents(running, snapshot, evaluator, over)
+        late = late_batch_jobs(running, snapshot, self._progress)
+        self._progress = record_progress(snapshot)
         graph = cfg.planner.causal_graph
         propose_and_evaluate(
             running,
@@ -376,11 +381,25 @@ class Planner:
             cfg=cfg,
             errors=errors,
             deadline=deadline,
+            late=late,
         )
         watch.lap("S4_S5_propose_evaluate")
         if not deadline.passed:
             replay_short_lists(running, candidates, evaluator)
         watch.lap("S5_replay")
+        for job in running:  # deferring a batch job costs what its deadline slack says
+            work_s = work_time_s(job, candidates[job.id])
+            if work_s > 0:
+                candidates[job.id][Ladder()] = evaluator.defer(job, work_s=work_s)
+        admission = admit(
+            running,
+            candidates,
+            evaluator=evaluator,
+            generator=self.generator,
+            cfg=cfg,
+            deadline_passed=deadline.passed,
+        )
+        watch.lap("S5_admission")
         deadline.check("evaluation")
         problem = selection_problem(snapshot, state, running, candidates, evaluator, cfg, over)
         limit = deadline.solver_limit(cfg.selector.time_limit_s)
@@ -395,6 +414,8 @@ class Planner:
             learned=learned,
             cfg=cfg,
             errors=errors,
+            admission=admission,
+            late=late,
         )
         watch.lap("S6_select")
         return result

@@ -9,7 +9,7 @@ deferring it (paper §2.1); later rounds give the built-in generator more headro
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from koi.beliefs import Beta, EdgeKey, EvidenceStore
 from koi.candidates import ProposalContext, Screener, at_risk_outcomes
@@ -30,6 +30,7 @@ from koi.types import (
     Job,
     Ladder,
     ModelSpec,
+    Outcome,
     Rank,
 )
 
@@ -141,10 +142,15 @@ def propose_and_evaluate(
     cfg: KoiConfig,
     errors: list[str],
     deadline: TickDeadline | None = None,
+    late: Collection[str] = (),
 ) -> Candidates:
     """The S4↔S5 rounds: ask every proposer for each job that has no improving candidate yet,
     evaluate what comes back, and feed the verdicts into the next round.  When the tick's
-    ``deadline`` passes, the jobs not reached keep what they have (keep/defer)."""
+    ``deadline`` passes, the jobs not reached keep what they have (keep/defer).
+
+    ``late`` batch jobs miss their deadline at their current rate: their throughput is at
+    risk whatever the prediction says, and they are sized with the later rounds' headroom
+    from the first round on."""
     deadline = deadline or TickDeadline()
     snapshot = evaluator.snapshot
     current = snapshot.current_ladders
@@ -155,6 +161,9 @@ def propose_and_evaluate(
         and (keep := candidates[j.id][current[j.id]].prediction) is not None
         and keep.feasible
     }
+    for job_id in late:
+        if Outcome.THROUGHPUT not in at_risk.get(job_id, ()):
+            at_risk[job_id] = (*at_risk.get(job_id, ()), Outcome.THROUGHPUT)
     feedback: dict[str, tuple[str, ...]] = {}
     for rnd in range(cfg.planner.search_rounds):
         asked = [j for j in jobs if rnd == 0 or needs_another_round(candidates[j.id])]
@@ -174,7 +183,7 @@ def propose_and_evaluate(
                 mechanisms=mechanisms[job.id],
                 incumbent=current.get(job.id),
                 feedback=feedback.get(job.id, ()),
-                round=rnd,
+                round=max(rnd, 1) if job.id in late and cfg.planner.search_rounds > 1 else rnd,
                 max_candidates=cfg.planner.max_candidates,
                 at_risk=at_risk.get(job.id, ()),
                 evidence=evidence,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 
 import attrs
@@ -9,7 +10,27 @@ import attrs
 from koi.types import ActionKind, Ladder, Outcomes, Plan, Rank
 from koi.types.validators import to_tuple
 
-__all__ = ["CandidateReport", "LearnReport", "TickResult"]
+__all__ = ["AtRisk", "CandidateReport", "LearnReport", "TickResult", "Verdict"]
+
+
+class Verdict(enum.StrEnum):
+    """Why a job is at risk."""
+
+    HOPELESS = "hopeless"  # no candidate anywhere in the fleet meets its target
+    CAPACITY = "capacity"  # some would, none fits what is free (and no room was made)
+    DEADLINE = "deadline"  # a batch job that misses its deadline at its current rate
+    BREACH = "breach"  # its ladder is predicted past C3's bound
+
+
+@attrs.frozen
+class AtRisk:
+    """A job the plan may not serve within its target, and why (``detail`` says it in words;
+    ``breach_probability`` is that of the ladder the plan gives it, 1 when it gets none)."""
+
+    job_id: str
+    verdict: Verdict
+    detail: str
+    breach_probability: float = 1.0
 
 
 @attrs.frozen
@@ -68,7 +89,9 @@ class TickResult:
     keep every active job, defer every pending one, stop finished jobs and shed what no longer
     fits a shrunk pool.  ``learning`` is what S2/S3 learned.  ``committed`` is false when the
     checkpoint could not be written: the plan was then not launched and the planner's state did
-    not move.
+    not move.  ``at_risk`` lists the jobs the plan may not serve within their target: hopeless
+    ones served best effort or refused, jobs waiting for capacity, batch jobs late at their
+    current rate, ladders predicted past C3's bound.
     """
 
     plan: Plan
@@ -83,6 +106,7 @@ class TickResult:
     fallback: bool = False
     learning: LearnReport = attrs.field(factory=lambda: LearnReport())
     committed: bool = True
+    at_risk: tuple[AtRisk, ...] = attrs.field(default=(), converter=to_tuple)
 
     def candidates_for(self, job_id: str) -> tuple[CandidateReport, ...]:
         """This job's candidates, best value first."""

@@ -185,7 +185,9 @@ def tchebycheff(
     return _combine(job, gaps(job, outcomes, z_star, scales, cfg=cfg), rho)
 
 
-def deferral_score(job: Job, cfg: ScoringConfig = _DEFAULT, *, now_s: float | None = None) -> float:
+def deferral_score(
+    job: Job, cfg: ScoringConfig = _DEFAULT, *, now_s: float | None = None, work_s: float = 0.0
+) -> float:
     r"""Score ``J_i(∅)`` of the empty ladder: the worst gap on every objective.
 
     .. math::
@@ -195,8 +197,10 @@ def deferral_score(job: Job, cfg: ScoringConfig = _DEFAULT, *, now_s: float | No
 
     with ``G = cfg.deferral_gap`` and the class factor ``c_i`` = ``online_deferral_factor`` for an
     online job; for a batch job it rises linearly from ``batch_deferral_factor`` to the online
-    factor as the slack to the deadline ``(deadline - now)`` shrinks from
+    factor as the slack to the deadline ``(deadline - now - work_s)`` shrinks from
     ``batch_urgency_horizon_s`` to 0 (a job past its deadline is as urgent as an online job).
+    ``work_s`` is how long the remaining work takes at the best rate on offer (0: unknown), so
+    a long job becomes urgent while it can still finish, not half an hour before its deadline.
     """
     if job.is_online:
         factor = cfg.online_deferral_factor
@@ -204,7 +208,8 @@ def deferral_score(job: Job, cfg: ScoringConfig = _DEFAULT, *, now_s: float | No
         now = job.arrival_s if now_s is None else now_s
         deadline = job.target.deadline_s
         assert deadline is not None
-        urgency = 1.0 - min(max((deadline - now) / cfg.batch_urgency_horizon_s, 0.0), 1.0)
+        slack = deadline - now - max(work_s, 0.0)
+        urgency = 1.0 - min(max(slack / cfg.batch_urgency_horizon_s, 0.0), 1.0)
         lo, hi = cfg.batch_deferral_factor, cfg.online_deferral_factor
         factor = lo + (hi - lo) * urgency
     factor *= 1.0 + cfg.priority_step * job.priority

@@ -33,7 +33,8 @@ class Compiled:
     (transient under make-before-break), sparse; ``gpus`` its steady total (quota, C5);
     ``blocked_pools[k]`` the pools where candidate ``k`` takes new capacity (priority rule).
     ``protected`` lists, per (pool, priority level), the jobs whose deferral reserves that pool
-    against lower priorities.
+    against lower priorities.  ``best_effort[k]`` marks a best-effort candidate; together they
+    use at most ``free`` per pool (the GPUs no job holds now).
     """
 
     job_ids: tuple[str, ...]
@@ -60,6 +61,8 @@ class Compiled:
     protected: dict[tuple[int, int], tuple[int, ...]]
     levels_by_pool: dict[int, tuple[int, ...]]
     pruned: int
+    best_effort: BoolArray
+    free: FloatArray
 
     @property
     def n_jobs(self) -> int:
@@ -276,6 +279,8 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
                     take_mat,
                     [c.gpus for c in cands],
                     [float(c.changes) for c in cands],
+                    # A best-effort candidate is more constrained: it never prunes another.
+                    [float(c.best_effort) for c in cands],
                 ]
             )
             fixed = np.array([c.kind in (ActionKind.DEFER, ActionKind.KEEP) for c in cands])
@@ -330,7 +335,21 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
         protected={k: tuple(v) for k, v in protected.items()},
         levels_by_pool=_levels(protected),
         pruned=pruned,
+        best_effort=np.array([c.best_effort for c in kept], dtype=bool),
+        free=_free(problem, capacity, pool_index),
     )
+
+
+def _free(
+    problem: SelectionProblem, capacity: FloatArray, pool_index: dict[str, int]
+) -> FloatArray:
+    """GPUs per pool that no job holds now: all that best-effort candidates may share."""
+    free = capacity.copy()
+    for held in problem.held_gpus.values():
+        for pool, n in held.items():
+            free[pool_index[pool]] -= n
+    out: FloatArray = np.maximum(free, 0.0)
+    return out
 
 
 def _group_caps(problem: SelectionProblem) -> dict[str, float]:

@@ -118,6 +118,21 @@ def formulate(comp: Compiled, classes: tuple[tuple[int, ...], ...] | None = None
     cols.extend(cand_idx.tolist())
     vals.extend(amount.tolist())
 
+    # C3's guarantee: best-effort candidates share only the GPUs nobody holds now.
+    if comp.best_effort.any():
+        be_pools: dict[int, int] = {}
+        for kb in np.flatnonzero(comp.best_effort).tolist():
+            for pb, nb in zip(
+                comp.use_pools[kb].tolist(), comp.use_amount[kb].tolist(), strict=True
+            ):
+                if pb not in be_pools:
+                    be_pools[pb] = new_row(
+                        f"free[{comp.pool_ids[pb]}]", -np.inf, float(comp.free[pb])
+                    )
+                rows.append(be_pools[pb])
+                cols.append(kb)
+                vals.append(float(nb))
+
     # C4: swap budget.
     chg = [int(cand_col[k]) for k in reps if comp.changes[k]]
     if comp.swap_budget is not None and chg:

@@ -44,6 +44,7 @@ def greedy_choice(comp: Compiled) -> IntArray | None:
     """
     n = comp.n_jobs
     used = np.zeros(len(comp.pool_ids))
+    be_used = np.zeros(len(comp.pool_ids))
     group_used = np.zeros(len(comp.group_ids))
     swaps = 0
     base: list[int | None] = [_baseline(comp, i) for i in range(n)]
@@ -89,6 +90,11 @@ def greedy_choice(comp: Compiled) -> IntArray | None:
             trial[comp.use_pools[k]] += comp.use_amount[k]
             if np.any(trial[comp.use_pools[k]] > comp.capacity[comp.use_pools[k]] + _EPS):
                 continue
+            pools_k = comp.use_pools[k]
+            if comp.best_effort[k] and np.any(
+                be_used[pools_k] + comp.use_amount[k] > comp.free[pools_k] + _EPS
+            ):
+                continue
             d_swap = int(comp.changes[k]) - (int(comp.changes[b]) if b is not None else 0)
             if swaps + d_swap > budget:
                 continue
@@ -98,6 +104,8 @@ def greedy_choice(comp: Compiled) -> IntArray | None:
                     continue
                 group_used[g] += d_g
             used = trial
+            if comp.best_effort[k]:
+                be_used[pools_k] += comp.use_amount[k]
             swaps += d_swap
             pick = k
             break
@@ -132,6 +140,14 @@ def _usage(comp: Compiled, choice: IntArray) -> tuple[np.ndarray, np.ndarray, in
     return used, group_used, int(comp.changes[choice].sum())
 
 
+def _best_effort_usage(comp: Compiled, choice: IntArray) -> np.ndarray:
+    used = np.zeros(len(comp.pool_ids))
+    for k in choice:
+        if comp.best_effort[k]:
+            used[comp.use_pools[k]] += comp.use_amount[k]
+    return used
+
+
 def _deferred_levels(comp: Compiled, choice: IntArray) -> dict[int, int]:
     """Highest priority level of a deferred protected job, per pool."""
     deferred = {i for i, k in enumerate(choice) if comp.is_defer[k]}
@@ -152,6 +168,8 @@ def violations(comp: Compiled, choice: IntArray) -> list[str]:
             return ["one_per_job"]
     used, group_used, swaps = _usage(comp, choice)
     out += [f"capacity[{comp.pool_ids[p]}]" for p in np.flatnonzero(used > comp.capacity + _EPS)]
+    be_used = _best_effort_usage(comp, choice)
+    out += [f"free[{comp.pool_ids[p]}]" for p in np.flatnonzero(be_used > comp.free + _EPS)]
     if comp.swap_budget is not None and swaps > comp.swap_budget:
         out.append("swap_budget")
     over = np.flatnonzero(group_used > comp.group_cap + _EPS)
@@ -176,6 +194,11 @@ def binding_constraints(comp: Compiled, choice: IntArray) -> tuple[str, ...]:
     out = [
         f"capacity[{comp.pool_ids[p]}]"
         for p in np.flatnonzero(wanted & (used >= comp.capacity - _EPS))
+    ]
+    be_used = _best_effort_usage(comp, choice)
+    out += [
+        f"free[{comp.pool_ids[p]}]"
+        for p in np.flatnonzero((be_used > 0) & (be_used >= comp.free - _EPS))
     ]
     if comp.swap_budget is not None and comp.changes.any() and swaps >= comp.swap_budget:
         out.append("swap_budget")

@@ -81,6 +81,9 @@ class Candidate:
     ``transient_gpus_by_pool`` optionally gives the peak use during a make-before-break switch
     (default: GPUs held now plus ``gpus_by_pool``). ``changes`` marks a candidate that counts
     against the swap budget (C4). ``covers`` lists the exploration items it exercises.
+    ``best_effort`` marks a candidate that serves a job past C3's risk bound because nothing
+    meets it: such candidates together use only GPUs no job holds now, so a job within its
+    target never gives up capacity for one.
     """
 
     job_id: str
@@ -93,6 +96,7 @@ class Candidate:
     transient_gpus_by_pool: Mapping[str, int] | None = attrs.field(
         default=None, converter=_opt_int_map
     )
+    best_effort: bool = False
 
     @property
     def gpus(self) -> int:
@@ -179,8 +183,8 @@ class Selection:
     ``objective`` is ``Σ value + Σ_e w_e·[e covered]`` of the chosen plan; ``bound`` an upper
     bound on the optimum (``inf`` when unknown) and ``gap = (bound − objective) / max(|objective|,
     1)``. ``binding`` names the constraints that are tight at the chosen plan (``capacity[pool]``,
-    ``swap_budget``, ``quota[group]``, ``priority[pool]``). ``pruned`` counts the dominated
-    candidates dropped before solving.
+    ``swap_budget``, ``quota[group]``, ``priority[pool]``, ``free[pool]``). ``pruned`` counts the
+    dominated candidates dropped before solving.
     """
 
     status: SelectionStatus

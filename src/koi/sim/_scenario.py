@@ -22,6 +22,7 @@ import attrs
 from koi.errors import InvalidInput, KoiError
 from koi.types import (
     DEFAULT_PRECISIONS,
+    AdmissionPolicy,
     Environment,
     Job,
     JobClass,
@@ -296,6 +297,7 @@ _JOB_KEYS = {
     "deadline_min",
     "weights",
     "precisions",
+    "admission",
 }
 _LENGTH_KEYS = {"mean", "cv", "max"}
 _WEIGHT_KEYS = {f.name for f in attrs.fields(ObjectiveWeights)}
@@ -396,6 +398,7 @@ def _job(raw: Any, where: str) -> Job:
             arrival_s=arrival_s,
             quota_group=t.get("quota_group"),
             precisions=t.get("precisions", DEFAULT_PRECISIONS),
+            admission=t.get("admission", AdmissionPolicy.SERVE_BEST_EFFORT),
         ),
     )
 

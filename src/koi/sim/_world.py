@@ -346,7 +346,8 @@ class World(Serving):
         stay pending) and is recorded with its reason.  Jobs without an action are kept or
         deferred.  Accepted changes launch with a delay; a replaced ladder keeps serving until
         the new one is up when the pools have room for both (make-before-break), and stops at
-        once otherwise.
+        once otherwise.  Stops and scale-ins are applied first (they free GPUs at once), then
+        the other actions by priority, arrival and id.
         """
         visible = {s.job.id: s for s in self._visible()}
         rejected: list[str] = []
@@ -357,7 +358,19 @@ class World(Serving):
             if not (idle and a.job_id in self._jobs):  # stopping a finished job is a no-op
                 rejected.append(f"{a.job_id}: unknown or finished job")
         actions = {a.job_id: a for a in plan.actions if a.job_id in visible}
-        order = sorted(visible.values(), key=lambda s: (-s.job.priority, s.job.arrival_s, s.job.id))
+
+        def releases(s: JobState) -> bool:
+            # Stops and scale-ins free GPUs at once: they go first, so a plan that makes room
+            # for one job by shrinking another holds whatever the priorities.
+            act, current = actions.get(s.job.id), s.ladder()
+            if act is None or current.is_empty:
+                return False
+            return act.kind in (ActionKind.DEFER, ActionKind.STOP) or act.ladder.scales_in(current)
+
+        order = sorted(
+            visible.values(),
+            key=lambda s: (not releases(s), -s.job.priority, s.job.arrival_s, s.job.id),
+        )
         use = self._usage(shown=True)
         use.update(self._draining())
         swaps = keeps = places = stops = 0

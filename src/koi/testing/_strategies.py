@@ -26,6 +26,7 @@ from koi.types import (
     KV_CACHE_DTYPES,
     ActionKind,
     ActiveDeployment,
+    AdmissionPolicy,
     Arrival,
     Chain,
     ClusterSnapshot,
@@ -400,6 +401,7 @@ def jobs(
             quota_group=draw(st.none() | _default_names()),
             completed_requests=draw(st.integers(0, total)) if total else 0,
             precisions=draw(precision_st),
+            admission=draw(st.sampled_from(AdmissionPolicy)),
         )
 
     return build()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from koi.types._deploy import KV_CACHE_DTYPES, Chain, Config, Ladder, Rank
 from koi.types._enums import (
     ActionKind,
+    AdmissionPolicy,
     Arrival,
     Engine,
     JobClass,
@@ -47,6 +48,7 @@ __all__ = [
     "MIN_BATCH_WINDOW_S",
     "ActionKind",
     "ActiveDeployment",
+    "AdmissionPolicy",
     "Arrival",
     "Chain",
     "ClusterSnapshot",

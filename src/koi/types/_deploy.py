@@ -162,3 +162,28 @@ class Ladder:
         for r in self.ranks:
             use[r.chain.environment.id] += r.gpus
         return dict(use)
+
+    def replicas_by_chain(self) -> dict[Chain, int]:
+        """Replicas per chain (a chain listed twice counts once, summed)."""
+        out: Counter[Chain] = Counter()
+        for r in self.ranks:
+            out[r.chain] += r.replicas
+        return dict(out)
+
+    def scales_in(self, current: Ladder) -> bool:
+        """This ladder is ``current`` with replicas removed and nothing added: a host applies
+        it by stopping replicas, so the GPUs are free at once (no make-before-break)."""
+        mine, now = self.replicas_by_chain(), current.replicas_by_chain()
+        return mine != now and all(n <= now.get(c, 0) for c, n in mine.items())
+
+    def switch_peak_by_pool(self, current: Ladder) -> dict[str, int]:
+        """GPUs per pool while switching from ``current`` to this ladder make-before-break:
+        a chain in both holds the larger of its two replica counts (added replicas come up
+        beside it, removed ones stop at once), a chain that leaves keeps its replicas until
+        the new ones are up, a new chain takes its own."""
+        mine, now = self.replicas_by_chain(), current.replicas_by_chain()
+        use: Counter[str] = Counter()
+        for chain in mine.keys() | now.keys():
+            n = max(mine.get(chain, 0), now.get(chain, 0))
+            use[chain.environment.id] += n * chain.gpus
+        return dict(use)

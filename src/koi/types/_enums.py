@@ -94,6 +94,17 @@ class JobClass(enum.StrEnum):
     BATCH = "batch"
 
 
+class AdmissionPolicy(enum.StrEnum):
+    """What the planner does with a job no candidate can serve within its target.
+
+    ``serve_best_effort`` serves the candidate least likely to breach (on free capacity) and
+    reports the job at risk; ``refuse`` defers it until a candidate meets the target.
+    """
+
+    SERVE_BEST_EFFORT = "serve_best_effort"
+    REFUSE = "refuse"
+
+
 class ActionKind(enum.StrEnum):
     """What a plan does with a job this tick."""
 
@@ -169,6 +180,10 @@ def to_arrival(value: Any) -> Arrival:
 
 def to_job_class(value: Any) -> JobClass:
     return _coerce(JobClass, value)  # type: ignore[no-any-return]
+
+
+def to_admission(value: Any) -> AdmissionPolicy:
+    return _coerce(AdmissionPolicy, value)  # type: ignore[no-any-return]
 
 
 def to_action(value: Any) -> ActionKind:

@@ -9,7 +9,17 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types._deploy import Config, Ladder
-from koi.types._enums import Arrival, JobClass, Outcome, Quant, to_arrival, to_job_class, to_quant
+from koi.types._enums import (
+    AdmissionPolicy,
+    Arrival,
+    JobClass,
+    Outcome,
+    Quant,
+    to_admission,
+    to_arrival,
+    to_job_class,
+    to_quant,
+)
 from koi.types.validators import (
     fraction,
     identifier,
@@ -202,6 +212,8 @@ class Job:
     ``precisions`` are the weight (and quantized KV-cache) precisions the job's owner accepts
     (default :data:`DEFAULT_PRECISIONS`: BF16 and FP8; INT4 only when listed).  A ladder with
     any other precision is infeasible for the job (C2); see :meth:`precision_problem`.
+    ``admission`` says what the planner does when no candidate can meet the target: serve the
+    least risky one and report the job at risk (the default), or refuse (defer) it.
     """
 
     id: str = attrs.field(validator=identifier)
@@ -217,6 +229,11 @@ class Job:
     completed_requests: int = attrs.field(default=0, validator=non_negative_int)
     precisions: tuple[Quant, ...] = attrs.field(
         default=DEFAULT_PRECISIONS, converter=to_precisions, validator=_precision_set
+    )
+    admission: AdmissionPolicy = attrs.field(
+        default=AdmissionPolicy.SERVE_BEST_EFFORT,
+        converter=to_admission,
+        validator=one_of(AdmissionPolicy),
     )
 
     def __attrs_post_init__(self) -> None:

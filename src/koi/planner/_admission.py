@@ -1,0 +1,350 @@
+"""Admission after S4/S5: make room for jobs nothing free can serve, serve the hopeless ones
+best effort, and say which jobs are at risk.
+
+A job is *stuck* when none of its candidates is within C3's risk bound on what is free now (a
+running job whose keep ladder is past the bound counts).  For a stuck job:
+
+1. **Verdict.**  The built-in generator proposes for it on the whole fleet, as if no other job
+   held a GPU.  If none of those ladders passes C2 and C3, no candidate anywhere in the fleet can
+   meet the job's target: it is *hopeless*.  Otherwise it is blocked by *capacity*.
+2. **Make room** (capacity).  Every running job of no higher priority says how many replicas
+   each of its ranks could give up while still passing C3 (its *spare*, found by bisection on
+   the scale-in).  The generator proposes ladders for the stuck job on free GPUs plus that
+   spare (outside its budget book, so a GPU type that meets the target but is not the cheapest
+   counts), and the donors get their scale-in ladders as candidates.  Nothing is decided here:
+   the joint selection takes the newcomer's ladder only with enough donors' smaller ladders,
+   which C1 already expresses (a scale-in frees its GPUs at once).
+3. **Best effort** (policy ``serve_best_effort``, pending jobs).  The job's ladders that C3
+   rejected and that fit what is free now, least likely to breach first, enter as best-effort
+   candidates: together they may use only GPUs nobody holds now (the selector's ``free`` rows),
+   so C3 never takes capacity from a job within its target to give a stuck one a smaller
+   breach.  Refusing the job is then worth ``refusal_margin`` less than the worst of them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+
+import attrs
+
+from koi.candidates import CandidateGenerator, ProposalContext, free_gpus
+from koi.config import KoiConfig
+from koi.planner._evaluate import Evaluated, Evaluator
+from koi.planner._report import AtRisk, Verdict
+from koi.types import (
+    ActionKind,
+    AdmissionPolicy,
+    ClusterSnapshot,
+    Job,
+    Ladder,
+    Rank,
+)
+
+__all__ = ["BEST_EFFORT", "MAKE_ROOM", "Admission", "admit", "stuck"]
+
+#: The source tag of make-room ladders (the newcomer's and the donors' scale-ins).
+MAKE_ROOM = "make-room"
+#: The source tag of best-effort ladders.
+BEST_EFFORT = "best-effort"
+# Make-room ladders per stuck job, best value first.
+_ROOM_LADDERS = 3
+
+
+@attrs.frozen
+class Admission:
+    """What admission found: a verdict per stuck job, and the donors offered to each."""
+
+    verdicts: Mapping[str, AtRisk] = attrs.field(factory=dict)
+    donors: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+
+
+def stuck(job: Job, mine: Mapping[Ladder, Evaluated], tau: float) -> bool:
+    """No candidate of ``job`` is a change that passed C3, and it does not run within C3."""
+    for ev in mine.values():
+        if ev.candidate is None:
+            continue
+        kind = ev.report.kind
+        if kind in (ActionKind.PLACE, ActionKind.RECONFIGURE):
+            return False
+        if kind is ActionKind.KEEP and ev.report.breach_probability <= tau:
+            return False
+    return True
+
+
+def _order(jobs: Iterable[Job]) -> list[Job]:
+    return sorted(jobs, key=lambda j: (-j.priority, j.arrival_s, j.id))
+
+
+def _scaled_in(ladder: Ladder, index: int, k: int) -> Ladder:
+    ranks = list(ladder.ranks)
+    r = ranks[index]
+    if r.replicas - k <= 0:
+        del ranks[index]
+    else:
+        ranks[index] = Rank(r.chain, r.replicas - k)
+    return Ladder(tuple(ranks))
+
+
+class _Spare:
+    """Per running job and rank: the most replicas it can give up and still pass C3 (and the
+    evaluations made finding out).  Computed once per tick, only for the donors asked for."""
+
+    def __init__(
+        self, evaluator: Evaluator, candidates: MutableMapping[str, dict[Ladder, Evaluated]]
+    ):
+        self.evaluator = evaluator
+        self.candidates = candidates
+        self._spare: dict[str, dict[int, int]] = {}
+        self._shrunk: dict[tuple[str, int, int], Evaluated] = {}
+
+    def _evaluate(self, job: Job, current: Ladder, index: int, k: int) -> Evaluated:
+        key = (job.id, index, k)
+        hit = self._shrunk.get(key)
+        if hit is None:
+            ladder = _scaled_in(current, index, k)
+            mine = self.candidates[job.id]
+            hit = mine.get(ladder)
+            if hit is None:
+                hit = self.evaluator.evaluate(
+                    job, ladder, key=f"room{len(self._shrunk)}", sources=(MAKE_ROOM,)
+                )
+            self._shrunk[key] = hit
+        return hit
+
+    def of(self, job: Job, current: Ladder) -> dict[int, int]:
+        """Rank index → replicas it can give up within C3 (bisection: fewer removed is never
+        riskier)."""
+        hit = self._spare.get(job.id)
+        if hit is not None:
+            return hit
+        out: dict[int, int] = {}
+        for i, r in enumerate(current.ranks):
+            hi = r.replicas if len(current.ranks) > 1 else r.replicas - 1
+            lo = 0
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._evaluate(job, current, i, mid).candidate is not None:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            if lo > 0:
+                out[i] = lo
+        self._spare[job.id] = out
+        return out
+
+    def offer(self, job: Job, current: Ladder, index: int, amounts: Iterable[int]) -> None:
+        """Put the scale-ins of ``amounts`` replicas on the donor's candidate list."""
+        mine = self.candidates[job.id]
+        for k in sorted(set(amounts)):
+            ev = self._evaluate(job, current, index, k)
+            if ev.candidate is not None and ev.report.ladder not in mine:
+                src = ev.report.sources if MAKE_ROOM in ev.report.sources else (MAKE_ROOM,)
+                mine[ev.report.ladder] = attrs.evolve(
+                    ev, report=attrs.evolve(ev.report, sources=src)
+                )
+
+
+def admit(
+    jobs: Sequence[Job],
+    candidates: MutableMapping[str, dict[Ladder, Evaluated]],
+    *,
+    evaluator: Evaluator,
+    generator: CandidateGenerator,
+    cfg: KoiConfig,
+    deadline_passed: bool = False,
+) -> Admission:
+    """Verdicts, make-room and best-effort candidates for the stuck jobs (in place)."""
+    snapshot = evaluator.snapshot
+    tau = cfg.planner.tau
+    current = snapshot.current_ladders
+    by_id = {j.id: j for j in jobs}
+    spare = _Spare(evaluator, candidates)
+    verdicts: dict[str, AtRisk] = {}
+    donors_of: dict[str, tuple[str, ...]] = {}
+    checked = 0
+    for job in _order(jobs):
+        mine = candidates[job.id]
+        if not stuck(job, mine, tau):
+            continue
+        if checked < cfg.planner.make_room_jobs and not deadline_passed:
+            checked += 1
+            verdict = _verdict(job, snapshot, evaluator, generator, cfg)
+            verdicts[job.id] = verdict
+            if verdict.verdict is Verdict.CAPACITY and cfg.planner.make_room:
+                donors_of[job.id] = _make_room(
+                    job, mine, by_id, current, snapshot, evaluator, generator, spare, cfg
+                )
+        if job.admission is AdmissionPolicy.SERVE_BEST_EFFORT and job.id not in current:
+            _best_effort(job, mine, snapshot, evaluator, cfg)
+    return Admission(verdicts=verdicts, donors=donors_of)
+
+
+def _context(
+    job: Job,
+    snapshot: ClusterSnapshot,
+    evaluator: Evaluator,
+    cfg: KoiConfig,
+    reclaimable: Mapping[str, int],
+    *,
+    rnd: int = 0,
+) -> ProposalContext:
+    """The whole fleet (no budget book), with ``reclaimable`` GPUs counted as free."""
+    return ProposalContext(
+        snapshot=snapshot,
+        gpus=evaluator.gpus,
+        models=evaluator.models,
+        incumbent=snapshot.current_ladders.get(job.id),
+        max_candidates=cfg.planner.max_candidates,
+        reclaimable=reclaimable,
+        round=rnd,
+    )
+
+
+def _verdict(
+    job: Job,
+    snapshot: ClusterSnapshot,
+    evaluator: Evaluator,
+    generator: CandidateGenerator,
+    cfg: KoiConfig,
+) -> AtRisk:
+    """Hopeless (nothing in the whole fleet passes C2 and C3) or blocked by capacity."""
+    held: Counter[str] = Counter()
+    for a in snapshot.active:
+        if a.job_id != job.id:
+            held.update(a.ladder.gpus_by_pool())
+    # With the most headroom the search rounds give: hopeless means no sizing helps.
+    rnd = cfg.planner.search_rounds - 1
+    ladders = generator.propose(job, _context(job, snapshot, evaluator, cfg, held, rnd=rnd))
+    best = math.inf
+    for n, ladder in enumerate(ladders):
+        ev = evaluator.evaluate(job, ladder, key=f"fleet{n}")
+        if ev.candidate is not None:
+            return AtRisk(job.id, Verdict.CAPACITY, "no ladder within its target fits what is free")
+        if ev.prediction is not None and ev.prediction.feasible:
+            best = min(best, ev.report.breach_probability)
+    what = "deadline" if not job.is_online else "SLO"
+    detail = f"no ladder in this fleet meets its {what}"
+    if math.isfinite(best):
+        detail += f" (least breach probability {best:.2f})"
+    return AtRisk(job.id, Verdict.HOPELESS, detail)
+
+
+def _make_room(
+    job: Job,
+    mine: dict[Ladder, Evaluated],
+    jobs: Mapping[str, Job],
+    current: Mapping[str, Ladder],
+    snapshot: ClusterSnapshot,
+    evaluator: Evaluator,
+    generator: CandidateGenerator,
+    spare: _Spare,
+    cfg: KoiConfig,
+) -> tuple[str, ...]:
+    """Ladders for ``job`` on free GPUs plus what donors can spare, and the donors' scale-ins
+    that free the GPUs each of the best ladders needs.  Returns the donors offered."""
+    donors = [
+        jobs[jid]
+        for jid in current
+        if jid != job.id and jid in jobs and jobs[jid].priority <= job.priority
+    ]
+    reclaim: Counter[str] = Counter()
+    for d in donors:
+        ladder = current[d.id]
+        for i, k in spare.of(d, ladder).items():
+            r = ladder.ranks[i]
+            reclaim[r.chain.environment.id] += k * r.chain.gpus
+    if not reclaim:
+        return ()
+    free = free_gpus(snapshot, except_job=job.id)
+    held = current.get(job.id, Ladder()).gpus_by_pool()
+    room: list[Evaluated] = []
+    for ladder in generator.propose(job, _context(job, snapshot, evaluator, cfg, reclaim)):
+        ev = mine.get(ladder)
+        if ev is None:
+            ev = evaluator.evaluate(job, ladder, key=f"room{len(mine)}", sources=(MAKE_ROOM,))
+            mine[ladder] = ev
+        if ev.candidate is not None and _deficit(ladder, free, held):
+            room.append(ev)
+    room.sort(key=lambda e: -e.report.value)
+    offered: list[str] = []
+    for ev in room[:_ROOM_LADDERS]:
+        for pool, short in _deficit(ev.report.ladder, free, held).items():
+            left = short
+            for d in _donor_order(donors, current, pool):
+                ladder = current[d.id]
+                for i, k in spare.of(d, ladder).items():
+                    r = ladder.ranks[i]
+                    if r.chain.environment.id != pool:
+                        continue
+                    need = math.ceil(left / r.chain.gpus)
+                    spare.offer(d, ladder, i, (min(k, need), k, 1))
+                    if d.id not in offered:
+                        offered.append(d.id)
+                    left -= min(k, need) * r.chain.gpus
+                if left <= 0:
+                    break
+    return tuple(offered)
+
+
+def _deficit(ladder: Ladder, free: Mapping[str, int], held: Mapping[str, int]) -> dict[str, int]:
+    """GPUs per pool ``ladder`` needs beyond what is free (and what its job holds there)."""
+    out = {}
+    for pool, n in ladder.gpus_by_pool().items():
+        short = n - max(free.get(pool, 0), 0) - held.get(pool, 0)
+        if short > 0:
+            out[pool] = short
+    return out
+
+
+def _donor_order(donors: Sequence[Job], current: Mapping[str, Ladder], pool: str) -> list[Job]:
+    """Who gives first: batch jobs (deadline slack), lower priority, more GPUs on the pool."""
+    on_pool = [d for d in donors if pool in current[d.id].gpus_by_pool()]
+    return sorted(
+        on_pool,
+        key=lambda d: (d.is_online, d.priority, -current[d.id].gpus_by_pool()[pool], d.id),
+    )
+
+
+def _best_effort(
+    job: Job,
+    mine: dict[Ladder, Evaluated],
+    snapshot: ClusterSnapshot,
+    evaluator: Evaluator,
+    cfg: KoiConfig,
+) -> None:
+    """The job's C3-rejected ladders that fit what is free, least risky first, as best-effort
+    candidates; refusing it then scores below every one of them."""
+    limit = cfg.planner.best_effort_candidates
+    if limit == 0:
+        return
+    free = free_gpus(snapshot, except_job=job.id)
+    rejected = [
+        ev
+        for ev in mine.values()
+        if ev.candidate is None
+        and ev.report.rejected.startswith("C3")
+        and not _deficit(ev.report.ladder, free, {})
+    ]
+    rejected.sort(key=lambda e: (e.report.breach_probability, -e.report.value))
+    picked = []
+    for ev in rejected[:limit]:
+        r = ev.report
+        best = evaluator.evaluate(
+            job, r.ladder, key=r.key, sources=(*r.sources, BEST_EFFORT), best_effort=True
+        )
+        if best.candidate is not None:
+            mine[r.ladder] = best
+            picked.append(best)
+    if not picked:
+        return
+    defer = mine[Ladder()]
+    worst = min(e.report.value for e in picked)
+    value = min(defer.report.value, worst - cfg.planner.refusal_margin)
+    if defer.candidate is not None and value < defer.report.value:
+        mine[Ladder()] = attrs.evolve(
+            defer,
+            report=attrs.evolve(defer.report, value=value),
+            candidate=attrs.evolve(defer.candidate, value=value),
+        )
