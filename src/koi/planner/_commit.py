@@ -15,7 +15,7 @@ import attrs
 
 from koi.calibration import swap_budget
 from koi.config import KoiConfig
-from koi.planner._admission import BEST_EFFORT, MAKE_ROOM, Admission
+from koi.planner._admission import BEST_EFFORT, Admission
 from koi.planner._corrections import correction_fn
 from koi.planner._evaluate import Evaluated, Evaluator
 from koi.planner._learn import LearnReport
@@ -173,8 +173,8 @@ def select_plan(
 
 
 def made_room(snapshot: ClusterSnapshot, picked: Mapping[str, Evaluated]) -> dict[str, str]:
-    """Reason suffixes naming what was moved for whom: a chosen scale-in made for room, and the
-    placed or moved jobs that take GPUs on the pools it frees."""
+    """Reason suffixes naming what was moved for whom: a chosen scale-in or stop of a running
+    job, and the placed or moved jobs that take more GPUs on the pools it frees than were free."""
     current = snapshot.current_ladders
     free = Counter({p.id: p.capacity_gpus for p in snapshot.pools})
     for ladder in current.values():
@@ -182,7 +182,10 @@ def made_room(snapshot: ClusterSnapshot, picked: Mapping[str, Evaluated]) -> dic
     shrunk: dict[str, dict[str, int]] = {}
     for job_id, ev in picked.items():
         r = ev.report
-        if MAKE_ROOM in r.sources and r.kind is ActionKind.RECONFIGURE:
+        if job_id in current and (
+            r.kind is ActionKind.STOP
+            or (r.kind is ActionKind.RECONFIGURE and r.ladder.scales_in(current[job_id]))
+        ):
             before = current[job_id].gpus_by_pool()
             after = r.ladder.gpus_by_pool()
             gone = {p: n - after.get(p, 0) for p, n in before.items() if n > after.get(p, 0)}

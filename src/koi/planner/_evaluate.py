@@ -308,6 +308,7 @@ class Evaluator:
         sources: tuple[str, ...] = (),
         replay: bool = False,
         best_effort: bool = False,
+        breach_floor: float = 0.0,
     ) -> Evaluated:
         """Predict, validate (C2, C3) and score one ladder for ``job``.
 
@@ -317,7 +318,8 @@ class Evaluator:
         Candidates are screened with the surrogate's closed form; ``replay`` re-predicts with
         the replay engine (the planner does that for each job's short list).  A
         ``best_effort`` candidate is not rejected by C3: it is marked for the selector, which
-        lets best-effort candidates use only the GPUs nobody holds.
+        lets best-effort candidates use only the GPUs nobody holds.  ``breach_floor`` is what
+        telemetry already says about the ladder (a batch job late at its current rate: 1).
         """
         current = self.current.get(job.id)
         if current is None:
@@ -335,7 +337,7 @@ class Evaluator:
         pred = predict(job, ladder, now_s=self.snapshot.time_s, corrections=corrections)
         if not pred.feasible:
             return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred)
-        p = self.breach(job, ladder, pred)
+        p = max(self.breach(job, ladder, pred), breach_floor)
         scales = self._normalizer(job)
         z_star = {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
         switch = None

@@ -387,10 +387,14 @@ class Planner:
         if not deadline.passed:
             replay_short_lists(running, candidates, evaluator)
         watch.lap("S5_replay")
-        for job in running:  # deferring a batch job costs what its deadline slack says
-            work_s = work_time_s(job, candidates[job.id])
+        for job in running:
+            mine = candidates[job.id]
+            work_s = work_time_s(job, mine)  # deferring a batch job costs its deadline slack
             if work_s > 0:
-                candidates[job.id][Ladder()] = evaluator.defer(job, work_s=work_s)
+                mine[Ladder()] = evaluator.defer(job, work_s=work_s)
+            if job.id in late:  # its ladder misses the deadline, whatever the prediction says
+                keep = snapshot.current_ladders[job.id]
+                mine[keep] = evaluator.evaluate(job, keep, key="keep", breach_floor=1.0)
         admission = admit(
             running,
             candidates,

@@ -178,12 +178,12 @@ class Ladder:
 
     def switch_peak_by_pool(self, current: Ladder) -> dict[str, int]:
         """GPUs per pool while switching from ``current`` to this ladder make-before-break:
-        a chain in both holds the larger of its two replica counts (added replicas come up
-        beside it, removed ones stop at once), a chain that leaves keeps its replicas until
-        the new ones are up, a new chain takes its own."""
+        a chain in both holds its new replica count (added replicas come up beside the running
+        ones, removed ones stop at once), a chain that leaves keeps its replicas until the new
+        ones are up, a new chain takes its own."""
         mine, now = self.replicas_by_chain(), current.replicas_by_chain()
         use: Counter[str] = Counter()
         for chain in mine.keys() | now.keys():
-            n = max(mine.get(chain, 0), now.get(chain, 0))
+            n = mine.get(chain, now.get(chain, 0))
             use[chain.environment.id] += n * chain.gpus
         return dict(use)
