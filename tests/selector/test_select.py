@@ -105,6 +105,16 @@ def check(p: SelectionProblem, chosen: Mapping[str, str]) -> list[str]:
     bad += [f"C1 {pool}" for pool, n in used.items() if n > cap[pool]]
     if p.swap_budget is not None and sum(c.changes for c in pick.values()) > p.swap_budget:
         bad.append("C4")
+    free = dict(cap)  # best-effort candidates share what nobody holds now
+    for held in p.held_gpus.values():
+        for pool, n in held.items():
+            free[pool] -= n
+    best_effort: dict[str, int] = {}
+    for c in pick.values():
+        if c.best_effort:
+            for pool, n in _use(p, c).items():
+                best_effort[pool] = best_effort.get(pool, 0) + n
+    bad += [f"free {pool}" for pool, n in best_effort.items() if n > max(free[pool], 0)]
     for group in p.quota_caps:
         total = sum(c.gpus for j, c in pick.items() if p.quota_group.get(j) == group)
         if total > _quota(p, group):
@@ -176,8 +186,18 @@ def problems(draw: st.DrawFn, max_jobs: int = 4, max_cands: int = 3) -> Selectio
             }
             covers = draw(st.sets(st.sampled_from(items), max_size=2))
             kind = "reconfigure" if active else "place"
+            best_effort = not active and draw(st.booleans())
             cands.append(
-                Candidate(job, f"c{k}", kind, draw(st.floats(-4, 0)), use, covers, changes=active)
+                Candidate(
+                    job,
+                    f"c{k}",
+                    kind,
+                    draw(st.floats(-4, 0)),
+                    use,
+                    covers,
+                    changes=active,
+                    best_effort=best_effort,
+                )
             )
     return SelectionProblem(
         candidates=cands,
@@ -482,6 +502,42 @@ def test_quota_swap_budget_and_make_before_break_bind() -> None:
     shrunk = select(attrs.evolve(quota, quota_caps={"t": 2}), **EXACT)
     assert shrunk.chosen == {"x": "keep", "y": "grow"}
     assert "quota[t]" in shrunk.binding
+
+
+def test_best_effort_takes_only_what_nobody_holds() -> None:
+    # "keeper" meets its target on 8 GPUs and could give 4 up within it ("shrink"); "hopeless"
+    # has only best-effort ladders.  A plain candidate may take the GPUs a shrink frees; a
+    # best-effort one may not, however much it would gain.
+    pools = [PoolCapacity("a", 10, 1)]
+    held = {"keeper": {"a": 8}}
+
+    def problem(best_effort: bool) -> SelectionProblem:
+        return SelectionProblem(
+            candidates=[
+                Candidate("keeper", "keep", "keep", -1.0, {"a": 8}),
+                Candidate(
+                    "keeper",
+                    "shrink",
+                    "reconfigure",
+                    -1.1,
+                    {"a": 4},
+                    changes=True,
+                    transient_gpus_by_pool={"a": 4},
+                ),
+                Candidate("hopeless", "defer", "defer", -20.0),
+                Candidate("hopeless", "small", "place", -6.0, {"a": 2}, best_effort=best_effort),
+                Candidate("hopeless", "big", "place", -3.0, {"a": 6}, best_effort=best_effort),
+            ],
+            pools=pools,
+            held_gpus=held,
+        )
+
+    plain = select(problem(False), **EXACT)
+    assert plain.chosen == {"keeper": "shrink", "hopeless": "big"}
+    guarded = select(problem(True), **EXACT)
+    assert guarded.chosen == {"keeper": "keep", "hopeless": "small"}
+    assert "free[a]" in guarded.binding
+    assert greedy(problem(True)).chosen == guarded.chosen
 
 
 # --- results, errors and fallback -------------------------------------------------------------

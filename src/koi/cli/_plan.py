@@ -77,6 +77,7 @@ def _run(args: argparse.Namespace) -> int:
     snapshot = from_json(text, ClusterSnapshot, where=str(args.snapshot))
     planner = Planner(state_path=args.state)
     result = planner.tick(snapshot)
+    at_risk = {r.job_id: r for r in result.at_risk}
     explained = []
     for action in result.plan.actions:
         candidates = result.candidates_for(action.job_id)
@@ -113,6 +114,13 @@ def _run(args: argparse.Namespace) -> int:
                 "routing": _routing(
                     planner, snapshot.job(action.job_id), action.ladder, snapshot.time_s
                 ),
+                "at_risk": None
+                if action.job_id not in at_risk
+                else {
+                    "verdict": at_risk[action.job_id].verdict.value,
+                    "detail": at_risk[action.job_id].detail,
+                    "breach_probability": at_risk[action.job_id].breach_probability,
+                },
             }
         )
     out = {
@@ -122,6 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         "binding": list(result.binding),
         "knobs": dict(result.knobs),
         "errors": list(result.errors),
+        "at_risk": sorted(at_risk),
         "jobs": explained,
     }
     if args.json:
@@ -132,9 +141,14 @@ def _run(args: argparse.Namespace) -> int:
     )
     if result.binding:
         print(f"binding constraints: {', '.join(result.binding)}")
+    if at_risk:
+        print(f"at risk: {', '.join(sorted(at_risk))}")
     for job in explained:
         print(f"\n{job['job_id']}: {job['action']}  {job['ladder_text']}")
         print(f"  {job['policy']}")
+        if job["at_risk"]:
+            risk = job["at_risk"]
+            print(f"  AT RISK ({risk['verdict']}): {risk['detail']}")
         if job["predicted"]:
             p = job["predicted"]
             print(
@@ -159,6 +173,7 @@ def _run(args: argparse.Namespace) -> int:
                 )
                 + ")"
             )
+        print(f"  reason: {job['reason']}")
     for e in result.errors:
         print(f"warning: {e}")
     return 0

@@ -50,7 +50,14 @@ from koi.planner._evaluate import Evaluator, replay_short_lists
 from koi.planner._learn import learn
 from koi.planner._mining import mine_mechanisms
 from koi.planner._observe import checked_observations, collect_telemetry, take_snapshot
-from koi.planner._progress import Progress, late_batch_jobs, record_progress, work_time_s
+from koi.planner._progress import (
+    Progress,
+    late_batch_jobs,
+    observed_rate,
+    record_progress,
+    with_observed_shortfall,
+    work_time_s,
+)
 from koi.planner._propose import (
     Candidates,
     budget_books,
@@ -327,13 +334,18 @@ class Planner:
         deadline = self._deadline
         finished = finished_jobs(snapshot)
         over = over_capacity(snapshot)  # pools shrunk under what runs: shed the excess
+        unfinished = [j for j in snapshot.jobs if j not in finished]
+        late = late_batch_jobs(unfinished, snapshot, self._progress)
         running = [
-            with_observed_rate(
-                j, self._observed_rates.get(j.id), tolerance=cfg.planner.drift_tolerance
+            self._as_planned(
+                j,
+                snapshot,
+                state,
+                late_rps=observed_rate(j, snapshot, self._progress) if j.id in late else None,
             )
-            for j in snapshot.jobs
-            if j not in finished
+            for j in unfinished
         ]
+        self._progress = record_progress(snapshot)
         # The cost scale is a property of the declared workload and the hardware on offer.
         refs = {j.id: self._reference_cost(snapshot.job(j.id), snapshot) for j in running}
         books = budget_books(
@@ -361,8 +373,6 @@ class Planner:
             exercised=self._exercised_memo(),
         )
         candidates = self._incumbents(running, snapshot, evaluator, over)
-        late = late_batch_jobs(running, snapshot, self._progress)
-        self._progress = record_progress(snapshot)
         graph = cfg.planner.causal_graph
         propose_and_evaluate(
             running,
@@ -423,6 +433,24 @@ class Planner:
         )
         watch.lap("S6_select")
         return result
+
+    def _as_planned(
+        self, job: Job, snapshot: ClusterSnapshot, state: PlannerState, *, late_rps: float | None
+    ) -> Job:
+        """The job as S4–S6 plan it: an online job at its observed rate when that drifted up,
+        a late batch job for the work its ladder really gets through."""
+        if job.is_online:
+            tolerance = self.config.planner.drift_tolerance
+            return with_observed_rate(job, self._observed_rates.get(job.id), tolerance=tolerance)
+        ladder = snapshot.current_ladders.get(job.id)
+        if late_rps is None or ladder is None:
+            return job
+        predicted = sum(
+            e.outcomes.throughput_tok_s
+            for r in ladder.ranks
+            if (e := state.ledger.get((job.id, r.chain))) is not None
+        )
+        return with_observed_shortfall(job, predicted, late_rps)
 
     @staticmethod
     def _incumbents(

@@ -11,7 +11,18 @@ import attrs
 from koi.planner._evaluate import Evaluated
 from koi.types import ClusterSnapshot, Job, Ladder
 
-__all__ = ["Progress", "late_batch_jobs", "record_progress", "work_time_s"]
+__all__ = [
+    "MAX_SHORTFALL",
+    "Progress",
+    "late_batch_jobs",
+    "observed_rate",
+    "record_progress",
+    "with_observed_shortfall",
+    "work_time_s",
+]
+
+#: A late job is planned for at most this many times its remaining work.
+MAX_SHORTFALL = 20.0
 
 
 @attrs.frozen
@@ -41,23 +52,13 @@ def late_batch_jobs(
     Only a job that ran the same ladder over the whole window is judged (a window with a
     launch in it understates the rate).
     """
-    current = snapshot.current_ladders
     now = snapshot.time_s
     out: dict[str, str] = {}
     for job in jobs:
-        before = previous.get(job.id)
+        rate = observed_rate(job, snapshot, previous)
         deadline = job.target.deadline_s
-        if (
-            job.is_online
-            or deadline is None
-            or before is None
-            or job.id not in current
-            or before.ladder != current[job.id]
-            or now <= before.time_s
-            or job.remaining_requests <= 0
-        ):
+        if rate is None or deadline is None or job.remaining_requests <= 0:
             continue
-        rate = (job.completed_requests - before.completed) / (now - before.time_s)
         left = deadline - now
         if rate <= 0:
             out[job.id] = "no progress over the last window"
@@ -68,6 +69,40 @@ def late_batch_jobs(
                 f"{need:.0f} s; {max(left, 0.0):.0f} s left to the deadline"
             )
     return out
+
+
+def observed_rate(
+    job: Job, snapshot: ClusterSnapshot, previous: Mapping[str, Progress]
+) -> float | None:
+    """Requests per second a running batch job completed since the last tick, if it ran the
+    same ladder over the whole window (a window with a launch in it understates the rate)."""
+    before = previous.get(job.id)
+    current = snapshot.current_ladders.get(job.id)
+    if (
+        job.is_online
+        or before is None
+        or current is None
+        or before.ladder != current
+        or snapshot.time_s <= before.time_s
+    ):
+        return None
+    return (job.completed_requests - before.completed) / (snapshot.time_s - before.time_s)
+
+
+def with_observed_shortfall(job: Job, predicted_tok_s: float, observed_rps: float) -> Job:
+    """A late batch job planned for the work its ladder really gets through: its remaining
+    requests scaled by how far the predicted throughput of its ladder overshoots the observed
+    one (at most :data:`MAX_SHORTFALL`), so every candidate is sized, scored and judged by C3
+    as if the surrogate were as optimistic about it as it was about the running ladder."""
+    observed_tok_s = observed_rps * job.workload.output_len.mean
+    if job.is_online or job.remaining_requests <= 0 or predicted_tok_s <= 0:
+        return job
+    factor = min(predicted_tok_s / max(observed_tok_s, 1e-9), MAX_SHORTFALL)
+    if factor <= 1.0:
+        return job
+    remaining = math.ceil(job.remaining_requests * factor)
+    total = job.completed_requests + remaining
+    return attrs.evolve(job, workload=attrs.evolve(job.workload, total_requests=total))
 
 
 def work_time_s(job: Job, candidates: Mapping[Ladder, Evaluated]) -> float:
