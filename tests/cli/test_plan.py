@@ -7,7 +7,16 @@ import attrs
 import pytest
 
 from koi.cli import main
-from koi.types import ActiveDeployment, Chain, ClusterSnapshot, Config, Ladder, Rank, to_json
+from koi.types import (
+    ActiveDeployment,
+    Chain,
+    ClusterSnapshot,
+    Config,
+    Ladder,
+    Rank,
+    ServingTarget,
+    to_json,
+)
 from tests.planner._world import chat_job, pools
 
 
@@ -71,3 +80,21 @@ def test_plan_keeps_a_bf16_only_job_on_bf16_and_says_why_int4_was_rejected(
     assert out["precisions"] == ["bf16"]
     assert {r["chain"]["config"]["quant"] for r in out["ladder"]["ranks"]} == {"bf16"}
     assert out["rejected"][0]["why"].startswith("C2: precision policy")
+
+
+def test_plan_names_the_jobs_at_risk(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    hopeless = attrs.evolve(
+        chat_job("hopeless"), target=ServingTarget.online(p99_ttft_ms=1.0, p99_tpot_ms=60.0)
+    )
+    path = tmp_path / "snapshot.json"
+    path.write_text(to_json(ClusterSnapshot(0.0, [chat_job(), hopeless], pools())))
+    assert main(["plan", str(path), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["at_risk"] == ["hopeless"]
+    job = next(j for j in out["jobs"] if j["job_id"] == "hopeless")
+    assert job["at_risk"]["verdict"] == "hopeless"
+    assert job["action"] == "place"  # served best effort
+    assert main(["plan", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "at risk: hopeless" in text
+    assert "AT RISK (hopeless): no ladder in this fleet meets its SLO" in text

@@ -511,7 +511,7 @@ def test_best_effort_takes_only_what_nobody_holds() -> None:
     pools = [PoolCapacity("a", 10, 1)]
     held = {"keeper": {"a": 8}}
 
-    def problem(best_effort: bool) -> SelectionProblem:
+    def problem(*, best_effort: bool) -> SelectionProblem:
         return SelectionProblem(
             candidates=[
                 Candidate("keeper", "keep", "keep", -1.0, {"a": 8}),
@@ -532,12 +532,12 @@ def test_best_effort_takes_only_what_nobody_holds() -> None:
             held_gpus=held,
         )
 
-    plain = select(problem(False), **EXACT)
+    plain = select(problem(best_effort=False), **EXACT)
     assert plain.chosen == {"keeper": "shrink", "hopeless": "big"}
-    guarded = select(problem(True), **EXACT)
+    guarded = select(problem(best_effort=True), **EXACT)
     assert guarded.chosen == {"keeper": "keep", "hopeless": "small"}
     assert "free[a]" in guarded.binding
-    assert greedy(problem(True)).chosen == guarded.chosen
+    assert greedy(problem(best_effort=True)).chosen == guarded.chosen
 
 
 # --- results, errors and fallback -------------------------------------------------------------

@@ -18,7 +18,7 @@ from koi.sim._capacity import replica_capacity
 from koi.surrogate import OperatorModel, feasibility
 from koi.types import Arrival, Config, Market, Quant
 
-from .conftest import pool_toml, tiny
+from .conftest import online_job_toml, pool_toml, tiny
 
 
 def test_builtin_names() -> None:
@@ -186,6 +186,7 @@ def test_doc_example() -> None:
             "events[0].pool: unknown pool",
         ),
         (pool_toml() + "[[events]]\nat_min=5\nkind='meteor'\n", "events[0].kind"),
+        (pool_toml() + online_job_toml() + "admission = 'maybe'\n", "jobs[0].admission"),
         (pool_toml() + "[[events]]\nat_min=5\nkind='driver_update'\n", "events[0].gpu: required"),
     ],
 )
@@ -248,3 +249,10 @@ def test_cli_summarises_a_user_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     path.write_text('[scenario]\nname = "mine"\nduration_min = 10\n[[pools]]\ncloud = 1\n')
     assert main(["scenarios", "--file", str(path)]) == 1
     assert "pools[0].region: required" in capsys.readouterr().err
+
+
+def test_admission_policy_is_read_per_job() -> None:
+    body = pool_toml() + online_job_toml(job_id="a") + online_job_toml(job_id="b")
+    sc = tiny(body + "admission = 'refuse'\n")
+    policies = {j.id: j.admission.value for j in sc.jobs}
+    assert policies == {"a": "serve_best_effort", "b": "refuse"}

@@ -324,3 +324,43 @@ def test_batch_work_lost_to_preemption_is_redone() -> None:
     assert b.completed_by_deadline == b.requested
     done = sum(w.batch_completed for t in result.trace.ticks for w in t.jobs)
     assert done == pytest.approx(b.requested)
+
+
+@attrs.define
+class _MakeRoom:
+    """Fills the pool with "low", then shrinks it to make room for "high" (higher priority)."""
+
+    name: str = "make-room"
+    ticks: int = 0
+
+    def decide(self, snapshot: ClusterSnapshot, observations: object) -> Plan:
+        del observations
+        self.ticks += 1
+        env = snapshot.pools[0].environment
+        chain = Chain("Llama-3.1-8B", env, Config())
+        if self.ticks == 1:
+            actions = [JobAction("low", ActionKind.PLACE, Ladder((Rank(chain, 4),)))]
+        elif self.ticks == 2:
+            actions = [
+                JobAction("low", ActionKind.RECONFIGURE, Ladder((Rank(chain, 2),))),
+                JobAction("high", ActionKind.PLACE, Ladder((Rank(chain, 2),))),
+            ]
+        else:
+            actions = []
+        return Plan(snapshot.time_s, actions)
+
+
+def test_scale_ins_free_gpus_before_higher_priorities_place() -> None:
+    """The host applies stops and scale-ins first: a plan that shrinks a low-priority job to
+    make room for a higher-priority one holds, although the higher priority is checked first."""
+    body = (
+        pool_toml(instances=4)
+        + online_job_toml(job_id="low", rate=1)
+        + online_job_toml(job_id="high", rate=1, arrival_min=1)
+        + "priority = 1\n"
+    )
+    result = run(tiny(body), _MakeRoom(), seed=0, cfg=RELIABLE)
+    second = result.trace.ticks[1]
+    assert second.rejected == ()
+    gpus = {w.job_id: w.gpus for w in second.jobs}
+    assert gpus == {"low": 2, "high": 2}
