@@ -8,10 +8,11 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    held a GPU.  If none of those ladders passes C2 and C3, no candidate anywhere in the fleet can
    meet the job's target: it is *hopeless*.  Otherwise it is blocked by *capacity*.
 2. **Make room** (capacity).  Every running job of no higher priority says how many replicas
-   each of its ranks could give up while still passing C3 (its *spare*, found by bisection on
-   the scale-in).  The generator proposes ladders for the stuck job on free GPUs plus that
-   spare (outside its budget book, so a GPU type that meets the target but is not the cheapest
-   counts), and the donors get their scale-in ladders as candidates.  Nothing is decided here:
+   each of its ranks could give up while still passing C3 and staying clear of its bounds by
+   the proposer's risk margin (its *spare*, found by bisection on the scale-in).  The
+   generator proposes ladders for the stuck job on free GPUs plus that spare (outside its
+   budget book, so a GPU type that meets the target but is not the cheapest counts), and the
+   donors get their scale-in ladders as candidates.  Nothing is decided here:
    the joint selection takes the newcomer's ladder only with enough donors' smaller ladders,
    which C1 already expresses (a scale-in frees its GPUs at once).
 3. **Best effort** (policy ``serve_best_effort``, pending jobs).  The job's ladders that C3
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 
 import attrs
 
-from koi.candidates import CandidateGenerator, ProposalContext, free_gpus
+from koi.candidates import CandidateGenerator, ProposalContext, at_risk_outcomes, free_gpus
 from koi.config import KoiConfig
 from koi.planner._evaluate import Evaluated, Evaluator
 from koi.planner._report import AtRisk, Verdict
@@ -125,7 +126,7 @@ class _Spare:
             lo = 0
             while lo < hi:
                 mid = (lo + hi + 1) // 2
-                if self._evaluate(job, current, i, mid).candidate is not None:
+                if self._within_target(job, self._evaluate(job, current, i, mid)):
                     lo = mid
                 else:
                     hi = mid - 1
@@ -133,6 +134,15 @@ class _Spare:
                 out[i] = lo
         self._spare[job.id] = out
         return out
+
+    def _within_target(self, job: Job, ev: Evaluated) -> bool:
+        """A donor gives up only what leaves it inside C3 and clear of its bounds by the
+        proposer's risk margin: a shrink to the edge of C3 turns the surrogate's optimism
+        into the donor's outage."""
+        if ev.candidate is None or ev.prediction is None:
+            return False
+        margin = self.evaluator.cfg.proposer.risk_margin
+        return not at_risk_outcomes(job, ev.prediction.outcomes, margin)
 
     def offer(self, job: Job, current: Ladder, index: int, amounts: Iterable[int]) -> None:
         """Put the scale-ins of ``amounts`` replicas on the donor's candidate list."""
