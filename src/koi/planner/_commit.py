@@ -62,8 +62,9 @@ def selection_problem(
     A finished job that is still deployed is stopped outside the selection: its GPUs stay
     taken for this tick (the host frees them when it applies the stop), so nothing placed now
     can collide with them.  ``jobs`` are the unfinished jobs.  A stop is guarded
-    (:func:`guarded_stop`) and, on pools shrunk under what holds them (``over``), a move is
-    break-before-make (:func:`shed_transient`).
+    (:func:`guarded_stop`; a serving online job with the ``serve_best_effort`` policy gets none
+    unless forced, :func:`serves_to_the_end`) and, on pools shrunk under what holds them
+    (``over``), a move is break-before-make (:func:`shed_transient`).
     """
     over = over or {}
     planned = {j.id for j in jobs}
@@ -86,12 +87,15 @@ def selection_problem(
             if c is None:
                 continue
             if c.kind is ActionKind.STOP:
+                on_over_pool = any(p in over for p in held.get(job.id, {}))
+                if serves_to_the_end(job) and keep is not None and not on_over_pool:
+                    continue  # its keep is always there; a stop would be an outage
                 c = guarded_stop(
                     c,
                     job=job,
                     keep=keep,
                     keep_infeasible=keep is None,
-                    on_over_pool=any(p in over for p in held.get(job.id, {})),
+                    on_over_pool=on_over_pool,
                 )
             valid.append(shed_transient(c, held.get(job.id, {}), over))
     return SelectionProblem(
@@ -104,6 +108,13 @@ def selection_problem(
         quota_caps={q.group: q.max_gpus for q in snapshot.quotas},
         held_gpus=held,
     )
+
+
+def serves_to_the_end(job: Job) -> bool:
+    """A running online job whose policy is to serve best effort is never stopped by choice
+    (only when its ladder fails C2 or its pool shrank under it): an online service stopped
+    is an outage, and room for others is made by shrinking it within its target."""
+    return job.is_online and job.admission is AdmissionPolicy.SERVE_BEST_EFFORT
 
 
 def select_plan(

@@ -121,7 +121,9 @@ def formulate(comp: Compiled, classes: tuple[tuple[int, ...], ...] | None = None
     # C3's guarantee: best-effort candidates share only the GPUs nobody holds now.
     if comp.best_effort.any():
         be_pools: dict[int, int] = {}
-        for kb in np.flatnonzero(comp.best_effort).tolist():
+        for kb in reps:
+            if not comp.best_effort[kb]:
+                continue
             for pb, nb in zip(
                 comp.use_pools[kb].tolist(), comp.use_amount[kb].tolist(), strict=True
             ):
@@ -130,7 +132,7 @@ def formulate(comp: Compiled, classes: tuple[tuple[int, ...], ...] | None = None
                         f"free[{comp.pool_ids[pb]}]", -np.inf, float(comp.free[pb])
                     )
                 rows.append(be_pools[pb])
-                cols.append(kb)
+                cols.append(int(cand_col[kb]))
                 vals.append(float(nb))
 
     # C4: swap budget.

@@ -31,6 +31,7 @@ def _signature(comp: Compiled, i: int) -> Hashable:
                 bool(comp.is_defer[k]),
                 comp.cover_items[k],
                 comp.blocked_pools[k],
+                bool(comp.best_effort[k]),
             )
             for k in comp.job_slice(i)
         ),
