@@ -201,3 +201,22 @@ def test_admission_policy_round_trips(policy: AdmissionPolicy) -> None:
 
     job = _online("x", admission=policy)
     assert from_json(to_json(job), Job) == job
+
+
+@pytest.mark.parametrize("policy", list(AdmissionPolicy))
+def test_a_serving_best_effort_online_job_is_not_stopped_for_a_newcomer(
+    policy: AdmissionPolicy,
+) -> None:
+    # One GPU, held by "old" with a single replica (nothing to shrink); "new" outranks it.
+    old = _online("old", admission=policy)
+    held = ActiveDeployment("old", Ladder((Rank(CHAIN, 1),)))
+    snapshot = ClusterSnapshot(600.0, [old, _online("new", priority=2)], [Pool(ENV, 1)], [held])
+    result = _planner().tick(snapshot, launch=False)
+    if policy is AdmissionPolicy.SERVE_BEST_EFFORT:
+        assert result.plan.action("old").kind is ActionKind.KEEP
+        assert result.plan.action("new").kind is ActionKind.DEFER
+        assert _risk(result, "new") is Verdict.CAPACITY
+    else:  # a job that accepts refusal can be stopped for a higher priority
+        assert result.plan.action("old").kind is ActionKind.STOP
+        assert result.plan.action("new").kind is ActionKind.PLACE
+        assert "room made: old" in result.plan.action("new").reason

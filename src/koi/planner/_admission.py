@@ -9,7 +9,9 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    meet the job's target: it is *hopeless*.  Otherwise it is blocked by *capacity*.
 2. **Make room** (capacity).  Every running job of no higher priority says how many replicas
    each of its ranks could give up while still passing C3 and staying clear of its bounds by
-   the proposer's risk margin (its *spare*, found by bisection on the scale-in).  The
+   the proposer's risk margin (its *spare*, found by bisection on the scale-in); a batch job
+   with at least the urgency horizon of deadline slack, or an online job that accepts refusal,
+   can give everything (its stop candidate is the move).  The
    generator proposes ladders for the stuck job on free GPUs plus that spare (outside its
    budget book, so a GPU type that meets the target but is not the cheapest counts), and the
    donors get their scale-in ladders as candidates.  Nothing is decided here:
@@ -33,6 +35,7 @@ import attrs
 from koi.candidates import CandidateGenerator, ProposalContext, at_risk_outcomes, free_gpus
 from koi.config import KoiConfig
 from koi.planner._evaluate import Evaluated, Evaluator
+from koi.planner._progress import work_time_s
 from koi.planner._report import AtRisk, Verdict
 from koi.types import (
     ActionKind,
@@ -121,6 +124,10 @@ class _Spare:
         if hit is not None:
             return hit
         out: dict[int, int] = {}
+        if self._pausable(job):  # all of it: its stop candidate frees every GPU
+            out = {i: r.replicas for i, r in enumerate(current.ranks)}
+            self._spare[job.id] = out
+            return out
         for i, r in enumerate(current.ranks):
             hi = r.replicas if len(current.ranks) > 1 else r.replicas - 1
             lo = 0
@@ -135,6 +142,19 @@ class _Spare:
         self._spare[job.id] = out
         return out
 
+    def _pausable(self, job: Job) -> bool:
+        """A job that may be stopped to make room: a batch job whose deadline slack (at the
+        best rate on offer) is at least the urgency horizon, or an online job that accepts
+        refusal."""
+        if job.is_online:
+            return job.admission is AdmissionPolicy.REFUSE
+        deadline = job.target.deadline_s
+        if deadline is None:
+            return False
+        work_s = work_time_s(job, self.candidates[job.id])
+        slack = deadline - self.evaluator.snapshot.time_s - work_s
+        return work_s > 0 and slack >= self.evaluator.cfg.scoring.batch_urgency_horizon_s
+
     def _within_target(self, job: Job, ev: Evaluated) -> bool:
         """A donor gives up only what leaves it inside C3 and clear of its bounds by the
         proposer's risk margin: a shrink to the edge of C3 turns the surrogate's optimism
@@ -148,6 +168,8 @@ class _Spare:
         """Put the scale-ins of ``amounts`` replicas on the donor's candidate list."""
         mine = self.candidates[job.id]
         for k in sorted(set(amounts)):
+            if _scaled_in(current, index, k).is_empty:
+                continue  # that is its stop, already a candidate
             ev = self._evaluate(job, current, index, k)
             if ev.candidate is not None and ev.report.ladder not in mine:
                 src = ev.report.sources if MAKE_ROOM in ev.report.sources else (MAKE_ROOM,)
