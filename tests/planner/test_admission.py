@@ -220,3 +220,18 @@ def test_a_serving_best_effort_online_job_is_not_stopped_for_a_newcomer(
         assert result.plan.action("old").kind is ActionKind.STOP
         assert result.plan.action("new").kind is ActionKind.PLACE
         assert "room made: old" in result.plan.action("new").reason
+
+
+def test_best_effort_takes_only_what_jobs_within_their_target_leave() -> None:
+    # One free GPU, wanted by a batch job that meets its deadline on it and by a hopeless
+    # online job served best effort: the batch job gets it, the hopeless one waits at risk.
+    bulk = _batch(0, deadline_s=600.0 + 3600.0)
+    hopeless = _online("new", priority=3, ttft_ms=1.0)
+    snapshot = ClusterSnapshot(600.0, [bulk, hopeless], [Pool(ENV, 1)], [])
+    result = _planner().tick(snapshot, launch=False)
+    assert result.plan.action("bulk").kind is ActionKind.PLACE
+    assert result.plan.action("new").kind is ActionKind.DEFER
+    assert _risk(result, "new") is Verdict.HOPELESS
+    # Alone, the hopeless job is served on the same GPU.
+    alone = ClusterSnapshot(600.0, [hopeless], [Pool(ENV, 1)], [])
+    assert _planner().tick(alone, launch=False).plan.action("new").kind is ActionKind.PLACE

@@ -10,8 +10,9 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
 2. **Make room** (capacity).  Every running job of no higher priority says how many replicas
    each of its ranks could give up while still passing C3 and staying clear of its bounds by
    the proposer's risk margin (its *spare*, found by bisection on the scale-in); a batch job
-   with at least the urgency horizon of deadline slack, or an online job that accepts refusal,
-   can give everything (its stop candidate is the move).  The
+   with at least the urgency horizon of deadline slack whose predicted work fits in half the
+   time left, or an online job that accepts refusal, can give everything (its stop candidate
+   is the move).  The
    generator proposes ladders for the stuck job on free GPUs plus that spare (outside its
    budget book, so a GPU type that meets the target but is not the cheapest counts), and the
    donors get their scale-in ladders as candidates.  Nothing is decided here:
@@ -144,16 +145,19 @@ class _Spare:
 
     def _pausable(self, job: Job) -> bool:
         """A job that may be stopped to make room: a batch job whose deadline slack (at the
-        best rate on offer) is at least the urgency horizon, or an online job that accepts
-        refusal."""
+        best rate on offer) is at least the urgency horizon and whose predicted work fits in
+        half the time left, or an online job that accepts refusal."""
         if job.is_online:
             return job.admission is AdmissionPolicy.REFUSE
         deadline = job.target.deadline_s
         if deadline is None:
             return False
         work_s = work_time_s(job, self.candidates[job.id])
-        slack = deadline - self.evaluator.snapshot.time_s - work_s
-        return work_s > 0 and slack >= self.evaluator.cfg.scoring.batch_urgency_horizon_s
+        left = deadline - self.evaluator.snapshot.time_s
+        # Twice the predicted work must fit: the prediction is the surrogate's, and a paused
+        # job's slack is only as good as it.
+        horizon = self.evaluator.cfg.scoring.batch_urgency_horizon_s
+        return work_s > 0 and 2 * work_s <= left and left - work_s >= horizon
 
     def _within_target(self, job: Job, ev: Evaluated) -> bool:
         """A donor gives up only what leaves it inside C3 and clear of its bounds by the

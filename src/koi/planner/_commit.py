@@ -23,7 +23,14 @@ from koi.planner._report import AtRisk, CandidateReport, TickResult, Verdict
 from koi.planner._safety import guarded_stop, safe_actions, shed_transient
 from koi.planner._state import LedgerEntry, PlannerState
 from koi.plugins import LaunchBatch
-from koi.selector import Candidate, SelectionProblem, pool_capacities, select
+from koi.selector import (
+    Candidate,
+    Selection,
+    SelectionProblem,
+    SelectorConfig,
+    pool_capacities,
+    select,
+)
 from koi.surrogate import Surrogate
 from koi.types import (
     ActionKind,
@@ -117,6 +124,40 @@ def serves_to_the_end(job: Job) -> bool:
     return job.is_online and job.admission is AdmissionPolicy.SERVE_BEST_EFFORT
 
 
+def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> Selection:
+    """The joint selection with C3's guarantee first and best effort on what is left.
+
+    Stage one solves without the best-effort candidates, so every job that can be served
+    within its target — pending batch jobs included — is planned as if the stuck jobs did not
+    exist.  Stage two fixes that choice and lets the stuck jobs that stayed deferred take their
+    best-effort ladders on the capacity left (priorities were honoured in stage one; among
+    stuck jobs the values decide).  Without best-effort candidates it is one plain solve.
+    """
+    stuck = {c.job_id for c in problem.candidates if c.best_effort}
+    if not stuck:
+        return select(problem, cfg=cfg)
+    first = select(
+        attrs.evolve(problem, candidates=[c for c in problem.candidates if not c.best_effort]),
+        cfg=cfg,
+    )
+    chosen = first.chosen
+    kept = [
+        c
+        for c in problem.candidates
+        if c.key == chosen[c.job_id]
+        or (c.best_effort and problem_defers(problem, c.job_id, chosen[c.job_id]))
+    ]
+    return select(attrs.evolve(problem, candidates=kept, priority={}), cfg=cfg)
+
+
+def problem_defers(problem: SelectionProblem, job_id: str, key: str) -> bool:
+    """Whether ``key`` is the deferral of ``job_id`` in ``problem``."""
+    return any(
+        c.job_id == job_id and c.key == key and c.kind is ActionKind.DEFER
+        for c in problem.candidates
+    )
+
+
 def select_plan(
     snapshot: ClusterSnapshot,
     state: PlannerState,
@@ -134,7 +175,7 @@ def select_plan(
     """Solve the joint selection and turn the choice into the plan with its reasons, and name
     the jobs at risk (``admission``'s verdicts, ``late`` batch jobs, ladders past C3)."""
     if jobs:
-        selection = select(problem, cfg=cfg.selector)
+        selection = select_best_effort_last(problem, cfg.selector)
         status, objective, gap = selection.status.value, selection.objective, selection.gap
         chosen, binding = dict(selection.chosen), selection.binding
     else:  # every job finished: nothing to choose
