@@ -172,13 +172,15 @@ def check_plan(planner: Planner, snapshot: ClusterSnapshot, result: TickResult) 
             assert a.kind is ActionKind.STOP, f"finished {a.job_id} not stopped: {a.kind}"
         for pool, gpus in a.ladder.gpus_by_pool().items():
             steady[pool] += gpus
-            peak[pool] += gpus
         for r in a.ladder.ranks:
             ranks_in.setdefault(r.chain.environment.id, []).append(r)
         if a.kind is ActionKind.RECONFIGURE:  # make-before-break, except on a shrunk pool
-            for pool, gpus in current[a.job_id].gpus_by_pool().items():
-                if pool not in shrunk:
-                    peak[pool] += gpus
+            switch = a.ladder.switch_peak_by_pool(current[a.job_id])
+            new = a.ladder.gpus_by_pool()
+            for pool in switch.keys() | new.keys():
+                peak[pool] += new.get(pool, 0) if pool in shrunk else switch.get(pool, 0)
+        else:
+            peak.update(a.ladder.gpus_by_pool())
     for pool, used in steady.items():  # C1 after the plan, everywhere
         cap = max(pools[pool].capacity_gpus - stopping[pool], 0)
         assert used <= cap, f"C1 {pool}: {used} GPUs"
@@ -194,9 +196,17 @@ def check_plan(planner: Planner, snapshot: ClusterSnapshot, result: TickResult) 
             for rank in a.ladder.ranks:
                 assert planner.surrogate.feasibility(rank.chain).ok, f"C2 {a.job_id}"
     tau = planner.config.planner.tau
-    for c in result.candidates:  # C3 for every chosen change
+    free = Counter({p: pools[p].capacity_gpus - stopping[p] for p in pools})
+    free.subtract(held)
+    best_effort: Counter[str] = Counter()
+    for c in result.candidates:  # C3 for every chosen change but the best-effort ones...
         if c.chosen and c.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE):
-            assert c.breach_probability <= tau, f"C3 {c.job_id}"
+            if "best-effort" in c.sources:
+                best_effort.update(c.ladder.gpus_by_pool())
+            else:
+                assert c.breach_probability <= tau, f"C3 {c.job_id}"
+    for pool, used in best_effort.items():  # ...which take only GPUs nobody holds
+        assert used <= max(free[pool], 0), f"best effort on {pool}: {used} GPUs"
     moved = sum(a.kind is ActionKind.RECONFIGURE for a in plan.actions)
     assert moved <= result.knobs["swap_budget"], "C4"
     for quota in snapshot.quotas:  # C5 quotas
@@ -220,7 +230,7 @@ def _check_priority_rule(snapshot: ClusterSnapshot, result: TickResult) -> None:
             continue
         needs: set[str] = set()
         for c in result.candidates_for(h.id):
-            if c.rejected or c.kind is not ActionKind.PLACE:
+            if c.rejected or c.kind is not ActionKind.PLACE or "best-effort" in c.sources:
                 continue
             use = c.ladder.gpus_by_pool()
             cap = caps.get(h.quota_group or "", math.inf)

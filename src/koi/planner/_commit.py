@@ -141,21 +141,50 @@ def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> S
         cfg=cfg,
     )
     chosen = first.chosen
+    deferred = {
+        c.job_id
+        for c in problem.candidates
+        if c.kind is ActionKind.DEFER and c.key == chosen[c.job_id]
+    }
+    reserved = _reserved(problem, deferred)
     kept = [
         c
         for c in problem.candidates
         if c.key == chosen[c.job_id]
-        or (c.best_effort and problem_defers(problem, c.job_id, chosen[c.job_id]))
+        or (
+            c.best_effort
+            and c.job_id in deferred
+            and not any(
+                pool in reserved and problem.priority.get(c.job_id, 0) < reserved[pool]
+                for pool in c.gpus_by_pool
+            )
+        )
     ]
-    return select(attrs.evolve(problem, candidates=kept, priority={}), cfg=cfg)
+    # The fixed jobs rank above every stuck one: a stuck job's deferral reserves nothing
+    # against them (the stuck jobs keep their order among themselves).
+    top = max(problem.priority.values(), default=0) + 1
+    waiting = stuck & deferred
+    priority = {c.job_id: top for c in kept if c.job_id not in waiting}
+    priority.update({j: problem.priority.get(j, 0) for j in waiting})
+    return select(attrs.evolve(problem, candidates=kept, priority=priority), cfg=cfg)
 
 
-def problem_defers(problem: SelectionProblem, job_id: str, key: str) -> bool:
-    """Whether ``key`` is the deferral of ``job_id`` in ``problem``."""
-    return any(
-        c.job_id == job_id and c.key == key and c.kind is ActionKind.DEFER
-        for c in problem.candidates
-    )
+def _reserved(problem: SelectionProblem, deferred: set[str]) -> dict[str, int]:
+    """Per pool, the highest priority of a pending job that stage one deferred although one of
+    its ladders within its target fits alone: the priority rule keeps lower priorities out of
+    those pools, best effort included."""
+    capacity = {p.pool_id: p.capacity_gpus for p in problem.pools}
+    out: dict[str, int] = {}
+    for c in problem.candidates:
+        if c.best_effort or c.kind is not ActionKind.PLACE or c.job_id not in deferred:
+            continue
+        group = problem.quota_group.get(c.job_id)
+        cap = problem.quota_caps.get(group, c.gpus) if group is not None else c.gpus
+        if c.gpus <= cap and all(n <= capacity.get(p, 0) for p, n in c.gpus_by_pool.items()):
+            level = problem.priority.get(c.job_id, 0)
+            for pool in c.gpus_by_pool:
+                out[pool] = max(out.get(pool, level), level)
+    return out
 
 
 def select_plan(
