@@ -7,6 +7,7 @@ import pytest
 
 from koi.config import KoiConfig
 from koi.planner import Planner, TickResult
+from koi.planner._admission import struggling
 from koi.planner._progress import Progress, late_batch_jobs, work_time_s
 from koi.planner._report import Verdict
 from koi.types import (
@@ -19,6 +20,9 @@ from koi.types import (
     Job,
     Ladder,
     LengthDist,
+    Mediators,
+    Observation,
+    Outcomes,
     Pool,
     Quant,
     Rank,
@@ -235,3 +239,30 @@ def test_best_effort_takes_only_what_jobs_within_their_target_leave() -> None:
     # Alone, the hopeless job is served on the same GPU.
     alone = ClusterSnapshot(600.0, [hopeless], [Pool(ENV, 1)], [])
     assert _planner().tick(alone, launch=False).plan.action("new").kind is ActionKind.PLACE
+
+
+def _window(job_id: str, ttft_ms: float, *, completed: int = 600) -> Observation:
+    return Observation(
+        job_id=job_id,
+        chain=CHAIN,
+        start_s=300.0,
+        end_s=600.0,
+        requests=600,
+        completed=completed,
+        replicas_up=8,
+        outcomes=Outcomes(0.1, ttft_ms, 20.0, 1000.0, 0.5),
+        mediators=Mediators(0.5, 8.0, 0.0, 0.5, 0.5, 0.0, 0.0, 0.0, 0.3, 0.5),
+    )
+
+
+def test_telemetry_near_the_bound_keeps_a_donor_from_shrinking() -> None:
+    jobs = [_online("old"), _online("new", priority=1)]
+    assert struggling([_window("old", 500.0)], jobs, 0.15) == frozenset()
+    assert struggling([_window("old", 1900.0)], jobs, 0.15) == {"old"}  # bound 2000 ms
+    assert struggling([_window("old", 500.0, completed=400)], jobs, 0.15) == {"old"}
+    snapshot = _full_fleet(_online("new", priority=1))
+    calm = _planner().tick(snapshot, [_window("old", 500.0)], launch=False)
+    assert calm.plan.action("new").kind is ActionKind.PLACE
+    tight = _planner().tick(snapshot, [_window("old", 1900.0)], launch=False)
+    assert tight.plan.action("new").kind is ActionKind.DEFER
+    assert _risk(tight, "new") is Verdict.CAPACITY

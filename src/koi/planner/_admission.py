@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, MutableMapping, Sequence
 
 import attrs
 
@@ -44,10 +44,12 @@ from koi.types import (
     ClusterSnapshot,
     Job,
     Ladder,
+    Observation,
+    Outcome,
     Rank,
 )
 
-__all__ = ["BEST_EFFORT", "MAKE_ROOM", "Admission", "admit", "stuck"]
+__all__ = ["BEST_EFFORT", "MAKE_ROOM", "Admission", "admit", "struggling", "stuck"]
 
 #: The source tag of make-room ladders (the newcomer's and the donors' scale-ins).
 MAKE_ROOM = "make-room"
@@ -63,6 +65,34 @@ class Admission:
 
     verdicts: Mapping[str, AtRisk] = attrs.field(factory=dict)
     donors: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
+
+
+def struggling(
+    observations: Iterable[Observation], jobs: Iterable[Job], margin: float
+) -> frozenset[str]:
+    """Online jobs whose last window says they are not clear of their target: a measured p99
+    TTFT or TPOT within ``margin`` of its bound (or past it), or fewer than ``1 - margin`` of
+    their requests completed.  Telemetry outranks the prediction: such a job gives nothing up
+    to make room, whatever the surrogate says its smaller ladder would do."""
+    by_id = {j.id: j for j in jobs if j.is_online}
+    requests: Counter[str] = Counter()
+    completed: Counter[str] = Counter()
+    out: set[str] = set()
+    for o in observations:
+        job = by_id.get(o.job_id)
+        if job is None:
+            continue
+        requests[o.job_id] += o.requests
+        completed[o.job_id] += o.completed
+        for outcome, bound in (
+            (Outcome.TTFT, job.target.p99_ttft_ms),
+            (Outcome.TPOT, job.target.p99_tpot_ms),
+        ):
+            y = o.measured(outcome)
+            if bound is not None and y is not None and y >= (1 - margin) * bound:
+                out.add(o.job_id)
+    out.update(j for j, n in requests.items() if completed[j] < (1 - margin) * n)
+    return frozenset(out)
 
 
 def stuck(job: Job, mine: Mapping[Ladder, Evaluated], tau: float) -> bool:
@@ -190,12 +220,16 @@ def admit(
     generator: CandidateGenerator,
     cfg: KoiConfig,
     deadline_passed: bool = False,
+    unsafe_donors: Collection[str] = (),
 ) -> Admission:
-    """Verdicts, make-room and best-effort candidates for the stuck jobs (in place)."""
+    """Verdicts, make-room and best-effort candidates for the stuck jobs (in place).
+
+    ``unsafe_donors`` give nothing up: jobs telemetry shows struggling (:func:`struggling`)
+    and batch jobs late at their current rate."""
     snapshot = evaluator.snapshot
     tau = cfg.planner.tau
     current = snapshot.current_ladders
-    by_id = {j.id: j for j in jobs}
+    by_id = {j.id: j for j in jobs if j.id not in unsafe_donors or j.id not in current}
     spare = _Spare(evaluator, candidates)
     verdicts: dict[str, AtRisk] = {}
     donors_of: dict[str, tuple[str, ...]] = {}

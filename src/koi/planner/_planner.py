@@ -34,7 +34,7 @@ from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
 from koi.dag import admit_mechanism, default_dag
 from koi.errors import KoiError, StateError
-from koi.planner._admission import admit
+from koi.planner._admission import admit, struggling
 from koi.planner._books import reference_cost
 from koi.planner._checkpoint import CheckpointLock, load_checkpoint, save_checkpoint
 from koi.planner._close import closed_state, tick_report
@@ -153,6 +153,7 @@ class Planner:
         self._exercised: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] = {}
         self._observed_rates: dict[str, float] = {}
         self._progress: dict[str, Progress] = {}  # batch progress at the last tick
+        self._struggling: frozenset[str] = frozenset()  # jobs telemetry shows near their bounds
         self._deadline = TickDeadline()
         self.state_path = Path(state_path) if state_path is not None else None
         # One writer per state file: a second planner would overwrite this one's learning.
@@ -232,6 +233,7 @@ class Planner:
             state, learned = self._learn(state, snapshot, obs, errors)  # S2 + S3
             watch.lap("S2_S3_learn")
             self._observed_rates.update(observed_rates(obs))
+            self._struggling = struggling(obs, snapshot.jobs, self.config.proposer.risk_margin)
             deadline.check("learning")
             result = self._plan(snapshot, state, learned, errors, watch)  # S4–S6
         except KoiError as exc:
@@ -412,6 +414,7 @@ class Planner:
             generator=self.generator,
             cfg=cfg,
             deadline_passed=deadline.passed,
+            unsafe_donors=self._struggling | late.keys(),
         )
         watch.lap("S5_admission")
         deadline.check("evaluation")
