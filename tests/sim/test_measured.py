@@ -282,3 +282,20 @@ def test_host_cpu_and_usable_memory_follow_the_instance_type(catalog: Catalog) -
     assert len({truth.host_cpu(e) for e in envs}) == 6
     kv = {truth.limits(g, m, Config(), e).kv_capacity_tokens for e in envs}  # type: ignore[union-attr]
     assert len(kv) > 1
+
+
+def test_tuning_host_cpu_and_fp8_kv_reads_move_step_times(catalog: Catalog) -> None:
+    quiet = HardwareConfig(step_noise_cv=0.0, eager_prob=0.0, vllm_overlap_prob=0.0)
+    # Kernel tuning per GPU x engine x model x dtype: none, then a wide spread.
+    flat = _decode_ms(attrs.evolve(quiet, tuning_sigma=0.0), catalog, Config())
+    tuned = _decode_ms(attrs.evolve(quiet, tuning_sigma=0.5), catalog, Config())
+    assert tuned != pytest.approx(flat, rel=1e-3)
+    # A slower host CPU shows in the engine's overhead.
+    fast = _decode_ms(attrs.evolve(quiet, host_cpu=(0.5, 0.5)), catalog, Config())
+    slow = _decode_ms(attrs.evolve(quiet, host_cpu=(2.0, 2.0)), catalog, Config())
+    assert slow > fast
+    # An FP8 KV cache reads fewer bytes per context token.
+    cheap = attrs.evolve(quiet, fp8_kv_read=(0.5, 0.5))
+    bf16 = _decode_ms(cheap, catalog, Config(), 64)
+    fp8 = _decode_ms(cheap, catalog, Config(kv_cache_dtype="fp8"), 64)
+    assert fp8 < bf16
