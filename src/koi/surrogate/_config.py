@@ -235,16 +235,24 @@ class SurrogateConfig:
         table = dict(self.gpu_efficiency)
         if gpu in table:
             return table[gpu]
-        return dict(self.efficiency).get(vendor.lower(), Efficiency())
+        hit = dict(self.efficiency).get(vendor.lower())
+        # The fallback is built only when needed: this runs in the closed form's inner loops.
+        return hit if hit is not None else Efficiency()
 
     def engine_profile(self, engine: str) -> EngineProfile:
         table = dict(self.engines)
-        return table.get(engine.lower(), table.get(self.default_engine, EngineProfile()))
+        hit = table.get(engine.lower())
+        if hit is None:
+            hit = table.get(self.default_engine)
+        return hit if hit is not None else EngineProfile()
 
     def collective(self, kind: str) -> Collective:
         """The collective model of an interconnect kind (``LinkKind`` value or ``internode``)."""
         table = dict(self.collectives)
-        return table.get(kind, table.get("internode", Collective()))
+        hit = table.get(kind)
+        if hit is None:
+            hit = table.get("internode")
+        return hit if hit is not None else Collective()
 
 
 def kv_cache_fp8(config: Config, cfg: SurrogateConfig) -> bool:

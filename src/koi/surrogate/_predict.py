@@ -215,6 +215,7 @@ class Surrogate:
         self._ranks: OrderedDict[Any, ServingEstimate] = OrderedDict()
         self._caps: dict[Any, float] = {}
         self._steps: dict[Any, tuple[StepTimeModel, str | None]] = {}
+        self._feasible: dict[tuple[Chain, int | None, int | None], Feasibility] = {}
         self.hits = 0
         self.misses = 0
 
@@ -236,9 +237,17 @@ class Surrogate:
         seq_tokens: int | None = None,
         max_request_tokens: int | None = None,
     ) -> Feasibility:
-        """Constraint C2 for one chain (see :func:`koi.surrogate.feasibility`)."""
+        """Constraint C2 for one chain (see :func:`koi.surrogate.feasibility`).
+
+        Memoized: a pure function of the chain and the request sizes for this surrogate's
+        catalog and constants, asked for every candidate of every tick.
+        """
+        key = (chain, seq_tokens, max_request_tokens)
+        hit = self._feasible.get(key)
+        if hit is not None:
+            return hit
         gpu, model = self._specs(chain)
-        return feasibility(
+        hit = feasibility(
             gpu,
             model,
             chain.config,
@@ -247,6 +256,10 @@ class Surrogate:
             seq_tokens=seq_tokens,
             max_request_tokens=max_request_tokens,
         )
+        if len(self._feasible) >= self.cfg.cache_size:
+            self._feasible.clear()  # a memo, not state: start over rather than grow
+        self._feasible[key] = hit
+        return hit
 
     def step_model(
         self, gpu: GpuSpec, model: ModelSpec, config: Config
