@@ -14,6 +14,8 @@ Targets: hetero-3h median ≤ 0.5 s (DESIGN §12); fleet-xl median ≤ 3 s, p95 
     python benchmarks/tick.py [--scenario hetero-3h|fleet-xl] [--seed 0] [--ticks N]
 
 ``--ticks N`` plans only the first N ticks (a shorter run: jobs arriving later are absent).
+``unchanged_retick_s`` times one more tick on the last snapshot with no new telemetry: what a
+tick costs when nothing changed (today the planner still re-proposes and re-scores every job).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class TimedPlanner:
         self.reference: list[float] = []
         self.stages: list[dict[str, float]] = []
         self.jobs: list[int] = []
+        self.last: ClusterSnapshot | None = None
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
         start = time.perf_counter()
@@ -73,7 +76,16 @@ class TimedPlanner:
         self.reference.append(reference_workload())
         self.stages.append(dict(result.timings_s))
         self.jobs.append(len(snapshot.jobs))
+        self.last = snapshot
         return result.plan
+
+    def retick(self) -> float:
+        """Seconds to plan the last snapshot again with no new telemetry: the work a tick
+        does when nothing changed (the floor that work growing with change would remove)."""
+        assert self.last is not None
+        start = time.perf_counter()
+        self.planner.tick(self.last, ())
+        return time.perf_counter() - start
 
 
 def truncated(sc: Scenario, ticks: int) -> Scenario:
@@ -110,6 +122,7 @@ def main() -> None:
     wall0 = time.perf_counter()
     run(sc, policy, seed=args.seed)
     wall = time.perf_counter() - wall0
+    unchanged = policy.retick()
     warm = policy.seconds[1:] or policy.seconds
     ref = statistics.median(policy.reference)
     stages = sorted({k for s in policy.stages for k in s})
@@ -124,6 +137,7 @@ def main() -> None:
         "median_tick_s": round(statistics.median(warm), 3),
         "p95_tick_s": round(_p95(warm), 3),
         "max_tick_s": round(max(warm), 3),
+        "unchanged_retick_s": round(unchanged, 3),
         "peak_rss_mib": round(_peak_rss_mib(), 1),
         "reference_median_s": round(ref, 4),
         "median_tick_in_reference_units": round(statistics.median(warm) / ref, 1),
