@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import resource
 import statistics
 import sys
@@ -105,7 +106,8 @@ def _peak_rss_mib() -> float:
 
 
 def _p95(xs: Sequence[float]) -> float:
-    return sorted(xs)[int(0.95 * (len(xs) - 1))]
+    """Nearest rank: the smallest value with at least 95 % of the ticks at or below it."""
+    return sorted(xs)[math.ceil(0.95 * len(xs)) - 1]
 
 
 def main() -> None:
