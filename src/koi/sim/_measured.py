@@ -789,8 +789,5 @@ class MeasuredTruth:
         speed: float | None = None,
     ) -> float:
         """Move ``gpu``'s speed by ``speed`` (or a drawn 10–30 % either way); return the factor."""
-        if speed is None:
-            m = rng.uniform(*self._cfg.driver_update_error)
-            speed = 1.0 + m if rng.uniform() < 0.5 else 1.0 / (1.0 + m)
-        self.board.update(gpu, speed, engine=engine)
-        return speed
+        error = self._cfg.driver_update_error
+        return self.board.drift(gpu, rng, error, engine=engine, speed=speed)

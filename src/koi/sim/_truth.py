@@ -89,6 +89,23 @@ class SpeedBoard:
         """Multiply the speed of ``gpu`` (optionally only under ``engine``) by ``factor``."""
         self._speed[gpu, engine] = self._speed.get((gpu, engine), 1.0) * factor
 
+    def drift(
+        self,
+        gpu: str,
+        rng: np.random.Generator,
+        error: tuple[float, float],
+        *,
+        engine: str | None = None,
+        speed: float | None = None,
+    ) -> float:
+        """An engine/driver update: ``speed`` or one drawn ``error`` away, faster or slower
+        with equal odds, applied and returned."""
+        if speed is None:
+            m = rng.uniform(*error)
+            speed = 1.0 + m if rng.uniform() < 0.5 else 1.0 / (1.0 + m)
+        self.update(gpu, speed, engine=engine)
+        return speed
+
 
 class TrueStepModel:
     """A :class:`StepTimeModel` for one replica under the truth.
@@ -299,8 +316,5 @@ class TruthModel:
         speed: float | None = None,
     ) -> float:
         """Move ``gpu``'s speed by ``speed`` (or a drawn 10–30 % either way); return the factor."""
-        if speed is None:
-            m = rng.uniform(*self._cfg.driver_update_error)
-            speed = 1.0 + m if rng.uniform() < 0.5 else 1.0 / (1.0 + m)
-        self.board.update(gpu, speed, engine=engine)
-        return speed
+        error = self._cfg.driver_update_error
+        return self.board.drift(gpu, rng, error, engine=engine, speed=speed)
