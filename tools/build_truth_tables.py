@@ -2,8 +2,8 @@
 
 Run once, with aiconfigurator-core, pandas and pyarrow installed (not needed at run time)::
 
-    python -m venv /tmp/aic && /tmp/aic/bin/pip install aiconfigurator-core==0.12.0 pandas pyarrow
-    /tmp/aic/bin/python tools/build_truth_tables.py            # writes src/koi/sim/data/
+    python -m venv .aic-venv && .aic-venv/bin/pip install aiconfigurator-core==0.12.0 pandas pyarrow
+    .aic-venv/bin/python tools/build_truth_tables.py            # writes src/koi/sim/data/
 
 The source is the per-operator latency data that NVIDIA's aiconfigurator-core (Apache-2.0)
 ships under ``aiconfigurator_core/systems/data/<system>/<op>/<engine>/<version>/*.parquet``:
