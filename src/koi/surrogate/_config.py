@@ -28,14 +28,22 @@ class Efficiency:
 
     ``gemm`` is the large-GEMM tensor-core efficiency; ``gemm_half_tokens`` the token count at
     which a GEMM reaches half of it (small-M GEMMs under-fill the tensor cores).  ``attention``
-    applies to attention FLOPs, ``memory`` to HBM streaming.  Collective bandwidth is per
-    interconnect kind (:class:`Collective`).
+    applies to attention FLOPs, ``memory`` to HBM streaming.  ``decode_attention_units`` is how
+    many (sequence, KV head) pairs decode attention needs on one GPU to stream the KV cache at
+    ``memory`` efficiency: each pair is one unit of kernel parallelism, so with fewer of them
+    (small batch, few KV heads per GPU) the KV read runs at ``units / decode_attention_units`` of
+    it; 0 turns the limit off.  ``allreduce_sync_us`` is a fixed cost per tensor-parallel
+    all-reduce and per ``⌈log2 tp⌉`` on top of the link's collective latency (the engine's
+    all-reduce kernel and the GPUs' synchronisation, as measured in serving rather than in NCCL
+    tests).  Collective bandwidth is per interconnect kind (:class:`Collective`).
     """
 
     gemm: float = attrs.field(default=0.7, validator=fraction)
     gemm_half_tokens: float = attrs.field(default=64.0, validator=non_negative)
     attention: float = attrs.field(default=0.45, validator=fraction)
     memory: float = attrs.field(default=0.8, validator=fraction)
+    decode_attention_units: float = attrs.field(default=0.0, validator=non_negative)
+    allreduce_sync_us: float = attrs.field(default=0.0, validator=non_negative)
 
 
 @attrs.frozen
@@ -143,14 +151,21 @@ _VENDORS = {
 # Per-GPU overrides.  A100-80GB: memory and gemm grid-fitted on the fit split's A100 rows (NIM
 # TRT-LLM, Llama-3-8B/70B); the other fields are the NVIDIA priors (docs/surrogate.md, "Constants").
 _GPUS = {
-    "A100-80GB": Efficiency(gemm=0.45, gemm_half_tokens=48.0, attention=0.42, memory=0.55),
+    "A100-80GB": Efficiency(
+        gemm=0.45,
+        gemm_half_tokens=48.0,
+        attention=0.42,
+        memory=0.82,
+        decode_attention_units=40.0,
+        allreduce_sync_us=12.0,
+    ),
 }
 _ENGINES = {
     "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012, chunk_admission=True),
     "sglang": EngineProfile(
         base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False, kv_memory_rule="static_fraction"
     ),
-    "trtllm": EngineProfile(base_ms=0.6, per_seq_ms=0.006, kv_memory_rule="free_fraction"),
+    "trtllm": EngineProfile(base_ms=2.5, per_seq_ms=0.006, kv_memory_rule="free_fraction"),
 }
 # Collectives per interconnect kind.  pcie (peer-to-peer) and pcie_no_p2p: least-squares fit on
 # aiconfigurator-core's measured NCCL all-reduce tables (benchmarks/fit_collectives.py,

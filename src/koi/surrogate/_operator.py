@@ -8,6 +8,7 @@ per-step engine overhead.  Everything is a deterministic function of (gpu, model
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 
 import attrs
@@ -125,6 +126,10 @@ class OperatorModel:
         return min(self.config.tp, self.model.kv_heads)
 
     @cached_property
+    def _kv_heads_per_gpu(self) -> float:
+        return max(self.model.kv_heads / self.config.tp, 1.0)
+
+    @cached_property
     def _collectives(self) -> tuple[float, float, float, float]:
         """(fixed s, s per byte) of one tensor-parallel all-reduce, then of one stage send/recv.
 
@@ -149,6 +154,8 @@ class OperatorModel:
         bf16 = g.bf16_tflops * _TERA
         ov = self.cfg.engine_profile(c.engine)
         ar_fixed, ar_byte, sr_fixed, sr_byte = self._collectives
+        if c.tp > 1:
+            ar_fixed += e.allreduce_sync_us * 1e-6 * math.ceil(math.log2(c.tp))
         eager = 0.0 if c.cuda_graphs else ov.eager_launch_us_per_layer * 1e-6 * m.layers
         return (
             float(c.tp),
@@ -169,6 +176,7 @@ class OperatorModel:
             ov.base_ms * 1e-3,
             ov.per_seq_ms * 1e-3,
             eager,
+            e.decode_attention_units / self._kv_heads_per_gpu,  # sequences that fill the GPU
         )
 
     def _parts(
@@ -177,7 +185,7 @@ class OperatorModel:
         """(compute, memory, comm, bubble, overhead) seconds per operation, as plain floats."""
         m, p = self.model, self._params
         (tp, pp, g_eff, g_half, peak, w_dense, w_expert, attn_k, kv_k, lm_mem, bf16,
-         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager) = self._consts  # fmt: skip
+         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager, fill) = self._consts  # fmt: skip
         tokens = prefill_tokens + decode_seqs
         emitting = decode_seqs + (1 if prefill_tokens else 0)
         mb = _micro_batches(pp, emitting)
@@ -208,10 +216,10 @@ class OperatorModel:
                 0.0,
             )
         # Attention in BF16: quadratic prefill pairs, decode reads every context token's KV
-        # (prefill writes its KV once).
+        # (prefill writes its KV once); a small decode batch cannot fill the GPU.
         attention = (
             attn_k * (prefill_pairs + ctx_tokens) / mb,
-            kv_k * (ctx_tokens + prefill_tokens) / mb,
+            kv_k * (ctx_tokens * _kv_fill(fill, decode_seqs / mb) + prefill_tokens) / mb,
             0.0,
             0.0,
             0.0,
@@ -268,7 +276,7 @@ class OperatorModel:
         """
         m, p = self.model, self._params
         (tp, pp, g_eff, g_half, peak, w_dense, w_expert, attn_k, kv_k, lm_mem, bf16,
-         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager) = self._consts  # fmt: skip
+         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager, fill) = self._consts  # fmt: skip
         tokens = prefill_tokens + decode_seqs
         emitting = decode_seqs + (1 if prefill_tokens else 0)
         mb = _micro_batches(pp, emitting)
@@ -287,7 +295,7 @@ class OperatorModel:
             memory += m_moe
             core += max(c_moe, m_moe)
         c_att = attn_k * (prefill_pairs + decode_context_tokens) / mb
-        m_att = kv_k * (decode_context_tokens + prefill_tokens) / mb
+        m_att = kv_k * (decode_context_tokens * _kv_fill(fill, decode_seqs / mb) + prefill_tokens) / mb
         compute += c_att
         memory += m_att
         core += max(c_att, m_att)
@@ -317,6 +325,16 @@ def _launch_cost(launch: float, gpu: float) -> float:
     GPU work ``G`` grows.
     """
     return launch * launch / (launch + gpu) if launch > 0.0 else 0.0
+
+
+def _kv_fill(fill: float, seqs: float) -> float:
+    """Slow-down of decode attention's KV read when ``seqs`` sequences cannot fill the GPU.
+
+    Decode attention runs one unit of work per (sequence, KV head); ``fill`` sequences per
+    micro-batch are needed to stream the KV cache at full efficiency, fewer stream it at
+    ``seqs / fill`` of it (each unit has a bounded bandwidth of its own).
+    """
+    return fill / seqs if 0.0 < seqs < fill else 1.0
 
 
 def _micro_batches(pp: float, seqs: int) -> float:
