@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from tests._support.specs import gpus, models
 
-from koi.surrogate import OperatorModel
+from koi.surrogate import OperatorModel, SurrogateConfig
 from koi.types import Config
 
 
@@ -100,9 +101,16 @@ def test_pipeline_adds_bubbles_and_sendrecv() -> None:
 
 
 def test_engine_overhead_is_part_of_every_step() -> None:
-    m = OperatorModel(gpus()["H100-SXM"], models()["Llama-3.2-1B"], Config(engine="vllm"))
-    t = OperatorModel(gpus()["H100-SXM"], models()["Llama-3.2-1B"], Config(engine="trtllm"))
-    assert _decode(m, 1, 100) > _decode(t, 1, 100)
+    cfg = SurrogateConfig()
+    gpu, model = gpus()["H100-SXM"], models()["Llama-3.2-1B"]
+    m = OperatorModel(gpu, model, Config(engine="vllm"), cfg=cfg)
+    t = OperatorModel(gpu, model, Config(engine="trtllm"), cfg=cfg)
+    v, r = cfg.engine_profile("vllm"), cfg.engine_profile("trtllm")
+    # The same GPU work; the steps differ by the engines' iteration costs alone.
+    assert _decode(t, 1, 100) - _decode(m, 1, 100) == pytest.approx(
+        (r.base_ms + r.per_seq_ms - v.base_ms - v.per_seq_ms) * 1e-3
+    )
+    assert _decode(t, 1, 100) > r.base_ms * 1e-3
 
 
 def test_step_is_deterministic() -> None:
@@ -156,3 +164,55 @@ def test_step_equals_the_sum_of_the_breakdown() -> None:
             for field in ("compute_s", "memory_s", "comm_s", "bubble_s", "overhead_s"):
                 expect = sum(getattr(x, field) for x in parts)
                 assert getattr(total, field) == pytest.approx(expect, rel=1e-12, abs=1e-15), field
+
+
+def _with_a100_terms(units: float, sync_us: float) -> SurrogateConfig:
+    base = SurrogateConfig()
+    a100 = attrs.evolve(
+        dict(base.gpu_efficiency)["A100-80GB"],
+        decode_attention_units=units,
+        allreduce_sync_us=sync_us,
+    )
+    return attrs.evolve(base, gpu_efficiency=dict(base.gpu_efficiency) | {"A100-80GB": a100})
+
+
+def test_small_decode_batch_reads_the_kv_cache_slower() -> None:
+    """A few (sequence, KV head) pairs cannot fill the GPU: the KV read of a long context costs
+    more per sequence at batch 1 than at a batch that fills it, and the limit is what makes the
+    A100's single-sequence TPOT grow ~3 ms from 200 to 7,000 tokens of context (fit split)."""
+    gpu, model = gpus()["A100-80GB"], models()["Llama-3.1-8B"]
+    on = OperatorModel(gpu, model, Config(engine="trtllm"), cfg=_with_a100_terms(40.0, 0.0))
+    off = OperatorModel(gpu, model, Config(engine="trtllm"), cfg=_with_a100_terms(0.0, 0.0))
+
+    def kv(m: OperatorModel, seqs: int, ctx: int) -> float:
+        return m.breakdown(
+            prefill_tokens=0, prefill_pairs=0, decode_seqs=seqs, decode_context_tokens=seqs * ctx
+        )["attention"].memory_s
+
+    # 8 KV heads per GPU: 40 units need 5 sequences; below that each sequence's read is slower.
+    assert kv(on, 1, 7000) == pytest.approx(5.0 * kv(off, 1, 7000))
+    assert kv(on, 8, 7000) == pytest.approx(kv(off, 8, 7000))
+    growth = _decode(on, 1, 7400) - _decode(on, 1, 300)
+    assert 2.0e-3 < growth < 4.0e-3  # measured 2.8 ms (DLI nim.csv, A100 TP1, ISL 200 -> 7000)
+    assert _decode(off, 1, 7400) - _decode(off, 1, 300) < 1.0e-3
+    # Fewer KV heads per GPU (TP 2: 4) need more sequences to fill it (10, not 5).
+    tp2 = Config(engine="trtllm", tp=2)
+    tp2_on = OperatorModel(gpu, model, tp2, cfg=_with_a100_terms(40.0, 0.0))
+    tp2_off = OperatorModel(gpu, model, tp2, cfg=_with_a100_terms(0.0, 0.0))
+    assert kv(tp2_on, 8, 7000) == pytest.approx(1.25 * kv(tp2_off, 8, 7000))
+
+
+def test_allreduce_sync_cost_grows_with_the_tp_degree() -> None:
+    gpu, model = gpus()["A100-80GB"], models()["Llama-3.1-70B"]
+
+    def allreduce(tp: int, sync_us: float) -> float:
+        m = OperatorModel(gpu, model, Config(tp=tp), cfg=_with_a100_terms(0.0, sync_us))
+        return m.breakdown(
+            prefill_tokens=0, prefill_pairs=0, decode_seqs=1, decode_context_tokens=1000
+        )["tp_allreduce"].comm_s
+
+    extra = {tp: allreduce(tp, 12.0) - allreduce(tp, 0.0) for tp in (2, 4, 8)}
+    # Two all-reduces per layer, 12 µs per ⌈log2 tp⌉ each.
+    for tp, doublings in ((2, 1), (4, 2), (8, 3)):
+        assert extra[tp] == pytest.approx(2 * model.layers * 12e-6 * doublings)
+    assert allreduce(1, 12.0) == 0.0
