@@ -148,8 +148,10 @@ _VENDORS = {
     "nvidia": Efficiency(gemm=0.62, gemm_half_tokens=48.0, attention=0.42, memory=0.82),
     "amd": Efficiency(gemm=0.35, gemm_half_tokens=96.0, attention=0.3, memory=0.55),
 }
-# Per-GPU overrides.  A100-80GB: memory and gemm grid-fitted on the fit split's A100 rows (NIM
-# TRT-LLM, Llama-3-8B/70B); the other fields are the NVIDIA priors (docs/surrogate.md, "Constants").
+# Per-GPU overrides.  A100-80GB: gemm grid-fitted on the fit split's A100 rows (NIM TRT-LLM,
+# Llama-3-8B/70B); memory, the small-batch KV limit and the all-reduce sync cost fitted on its
+# concurrency-1 rows (benchmarks/fit_decode.py); the rest are the NVIDIA priors
+# (docs/surrogate.md, "Constants").  Other GPUs keep the priors until fit-split rows measure them.
 _GPUS = {
     "A100-80GB": Efficiency(
         gemm=0.45,
@@ -160,6 +162,8 @@ _GPUS = {
         allreduce_sync_us=12.0,
     ),
 }
+# trtllm base_ms: fitted on the fit split's concurrency-1 rows (benchmarks/fit_decode.py); the
+# other engine costs are engineering estimates (no fit-split rows for them on NVIDIA GPUs).
 _ENGINES = {
     "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012, chunk_admission=True),
     "sglang": EngineProfile(

@@ -295,7 +295,8 @@ class OperatorModel:
             memory += m_moe
             core += max(c_moe, m_moe)
         c_att = attn_k * (prefill_pairs + decode_context_tokens) / mb
-        m_att = kv_k * (decode_context_tokens * _kv_fill(fill, decode_seqs / mb) + prefill_tokens) / mb
+        kv_read = decode_context_tokens * _kv_fill(fill, decode_seqs / mb)
+        m_att = kv_k * (kv_read + prefill_tokens) / mb
         compute += c_att
         memory += m_att
         core += max(c_att, m_att)
