@@ -114,6 +114,7 @@ def test_agent_runs_is_scraped_stops_on_sigterm_and_resumes(tmp_path: Path) -> N
     assert stopped["event"] == "stopped"
     ticks = [e["tick"] for e in first.events if e["event"] == "tick"]
     assert ticks == list(range(1, len(ticks) + 1))
+    assert [e["errors"] for e in first.events if e["event"] == "tick"] == [[]] * len(ticks)
     assert stopped["tick"] == ticks[-1] == _checkpoint_tick(checkpoint)  # nothing lost
 
     second = AgentProcess(config, "--max-ticks", "2")

@@ -364,3 +364,25 @@ def test_scale_ins_free_gpus_before_higher_priorities_place() -> None:
     assert second.rejected == ()
     gpus = {w.job_id: w.gpus for w in second.jobs}
     assert gpus == {"low": 2, "high": 2}
+
+
+def test_a_world_running_a_batch_job_pickles_and_continues_identically(catalog: Catalog) -> None:
+    # koi agent's simulated fleet saves its world after every launch: a batch job's closed
+    # loop must survive pickling and the copy must draw the same requests as the original.
+    import pickle
+
+    world = build_world("smoke", seed=0)
+    policy = greedy_first_fit(catalog.gpus, catalog.models)
+    tick_s = world.scenario.tick_s
+    world.begin_tick(0, 0.0)
+    world.apply(policy.decide(world.snapshot(), ()))
+    batch = [j.id for j in world.snapshot().jobs if not j.is_online]
+    running = {d.job_id for d in world.snapshot().active}
+    assert set(batch) & running, "the test needs a running batch job"
+    copy = pickle.loads(pickle.dumps(world))
+    for w in (world, copy):
+        w.preempt_unannounced()
+    original, _ = world.serve(tick_s)
+    copied, _ = copy.serve(tick_s)
+    assert [o for o in original if o.job_id in batch]
+    assert original == copied

@@ -24,7 +24,7 @@ from koi.sim._state import ID_BLOCK, JobState
 from koi.sim._telemetry import observe, request_outcomes
 from koi.sim._trace import JobWindow
 from koi.surrogate.replay import Request, WindowStats, sample_lengths, sample_requests
-from koi.types import Observation
+from koi.types import Observation, WorkloadProfile
 
 __all__ = ["Serving"]
 
@@ -272,17 +272,50 @@ class Serving:
 
     def _batch_source(self, s: JobState) -> Iterator[Request]:
         """Closed-loop batch requests while the job has unissued work (world count)."""
-        w = s.actual
-        shared = w.shared_prefix_tokens
-        while s.unissued > 0:
-            n = 256
+        return _BatchSource(self, s)
+
+
+class _BatchSource:
+    """The closed loop's request iterator: batches of 256 drawn from the job's rng.
+
+    A class, not a generator, so a world holding a running batch job can be pickled (the
+    simulated fleet of ``koi agent`` saves its world after every launch).  It draws exactly
+    what the generator it replaces drew: the profile is fixed at the first request, a batch is
+    drawn only while work is unissued, and once the work runs out the source stays exhausted.
+    """
+
+    __slots__ = ("_batch", "_done", "_next", "_shared", "_w", "job", "world")
+
+    def __init__(self, world: Serving, job: JobState) -> None:
+        self.world, self.job = world, job
+        self._w: WorkloadProfile | None = None
+        self._shared = 0
+        self._batch: list[tuple[int, int, int]] = []
+        self._next = 0
+        self._done = False
+
+    def __iter__(self) -> _BatchSource:
+        return self
+
+    def __next__(self) -> Request:
+        s = self.job
+        if self._w is None:
+            self._w = s.actual
+            self._shared = self._w.shared_prefix_tokens
+        if self._done or s.unissued <= 0:
+            self._done = True
+            raise StopIteration
+        if self._next >= len(self._batch):
+            w, shared, n = self._w, self._shared, 256
             ins = sample_lengths(w.input_len, s.rng, n).tolist()
             outs = sample_lengths(w.output_len, s.rng, n).tolist()
-            pres = prefix_ids(w, s.rng, n, self.cfg.truth.prefix_zipf) if shared else [-1] * n
-            for x, y, p in zip(ins, outs, pres, strict=True):
-                if s.unissued <= 0:
-                    return
-                s.unissued -= s.scale
-                s.issued_ids += 1
-                rid = s.window * ID_BLOCK + s.issued_ids % ID_BLOCK
-                yield Request(rid, 0.0, x, y, p, shared if p >= 0 else 0)
+            zipf = self.world.cfg.truth.prefix_zipf
+            pres = prefix_ids(w, s.rng, n, zipf) if shared else [-1] * n
+            self._batch = list(zip(ins, outs, pres, strict=True))
+            self._next = 0
+        x, y, p = self._batch[self._next]
+        self._next += 1
+        s.unissued -= s.scale
+        s.issued_ids += 1
+        rid = s.window * ID_BLOCK + s.issued_ids % ID_BLOCK
+        return Request(rid, 0.0, x, y, p, self._shared if p >= 0 else 0)
