@@ -200,6 +200,30 @@ def test_unreachable_prometheus_is_reported_and_the_tick_goes_on(
     assert json.loads((tmp_path / "koi-state.json").read_text())["state"]["tick"] == 2
 
 
+def test_a_prometheus_that_never_answers_times_out_and_the_tick_goes_on(
+    tmp_path: Path, log: JsonLog
+) -> None:
+    # A listening socket nobody accepts from: connections open, queries get no answer.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        source = PrometheusTelemetry(url, timeout_s=0.2, budget_s=1.0)
+        agent = Agent(_config(tmp_path), plugins=[SimulatedFleet("smoke"), source], log=log)
+        assert agent.tick_once()["outcome"] == "ok"
+        record = agent.tick_once()  # ranks are deployed now: every query times out
+    assert record["outcome"] == "ok"
+    (error,) = [e for e in record["errors"] if "koi.prometheus" in e]
+    assert "timed out" in error
+    saved = json.loads((tmp_path / "koi-state.json").read_text())["state"]
+    assert saved["tick"] == 2
+    # The checkpoint holds exactly what an agent without the silent source learned.
+    control = Agent(_config(tmp_path / "control"), plugins=[SimulatedFleet("smoke")], log=log)
+    for _ in range(2):
+        assert control.tick_once()["errors"] == []
+    assert agent.planner.state.to_data() == control.planner.state.to_data()
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "needle"),
     [("p99_ttft_ms", float("nan"), "not NaN"), ("p99_tpot_ms", -5.0, ">= 0")],
