@@ -121,3 +121,36 @@ def test_cli_reports_a_config_error_and_exits_1(
 def test_cli_reports_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["agent", "--config", str(tmp_path / "nope.toml")]) == 1
     assert "nope.toml: cannot read" in capsys.readouterr().err
+
+
+def test_a_plugin_named_by_its_entry_point_is_built_with_its_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An installed distribution advertising a `koi` entry point, as a team's plugin package would.
+    (tmp_path / "koi_ep_fixture.py").write_text(
+        "class Fleet:\n"
+        "    koi_plugin_name = 'ep-fleet'\n\n"
+        "    def __init__(self, cluster: str = 'dev') -> None:\n"
+        "        self.cluster = cluster\n",
+        encoding="utf-8",
+    )
+    info = tmp_path / "koi_ep_fixture-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: koi-ep-fixture\nVersion: 0.1\n", encoding="utf-8"
+    )
+    (info / "entry_points.txt").write_text(
+        "[koi]\nep-fleet = koi_ep_fixture:Fleet\n", encoding="utf-8"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "koi.toml"
+    path.write_text("[[plugins]]\nuse = 'ep-fleet'\ncluster = 'prod-east'\n", encoding="utf-8")
+    cfg = load_config(path)
+    plugin = load_plugin(cfg.plugins[0], source=cfg.source)
+    assert type(plugin).__name__ == "Fleet"
+    assert plugin.cluster == "prod-east"  # type: ignore[attr-defined]
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[plugins]]\nuse = 'ep-fleet'\nregion = 'x'\n", encoding="utf-8")
+    cfg = load_config(bad)
+    with pytest.raises(InvalidInput, match=r"plugins\[0\]\.region: unknown option for ep-fleet"):
+        load_plugin(cfg.plugins[0], source=cfg.source)
