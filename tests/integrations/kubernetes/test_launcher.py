@@ -131,6 +131,42 @@ def test_price_override_and_alias(cluster: FakeCluster, api: KubeApi) -> None:
     assert pcie.capacity_instances == 1
 
 
+def test_gke_nodes_take_their_gpu_and_market_from_gke_labels(
+    cluster: FakeCluster, api: KubeApi
+) -> None:
+    from koi.catalog import load_catalog
+    from koi.integrations.kubernetes import gpu_name
+
+    l4 = {
+        "cloud.google.com/gke-accelerator": "nvidia-l4",
+        "cloud.google.com/gke-spot": "true",
+        "node.kubernetes.io/instance-type": "g2-standard-4",
+        "topology.kubernetes.io/region": "us-central1",
+    }
+    h100 = {"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"}  # no instance-type label
+    cluster.nodes = [
+        gpu_node("gke-l4", gpus=1, labels=l4),
+        gpu_node("gke-h100", gpus=2, labels=h100),
+    ]
+    settings = KubernetesSettings(cloud="gcp")
+    cat = load_catalog()
+    assert gpu_name(h100, cat, settings)[:2] == (
+        "H100-SXM",
+        ("cloud.google.com/gke-accelerator", "nvidia-h100-80gb"),
+    )
+    views = KubernetesLauncher(api, settings).pools()
+    spot = views["gcp/us-central1/spot/g2-standard-4"]
+    assert spot.pool.environment.gpu == "L4"
+    assert spot.pool.environment.price_usd_per_h == cat.instance(
+        "gcp", "g2-standard-4"
+    ).price_usd_per_h("spot")
+    assert spot.selector["cloud.google.com/gke-accelerator"] == "nvidia-l4"
+    assert spot.selector["cloud.google.com/gke-spot"] == "true"
+    (other,) = [v for k, v in views.items() if k != "gcp/us-central1/spot/g2-standard-4"]
+    assert other.pool.environment.gpu == "H100-SXM"
+    assert other.pool.environment.gpus_per_instance == 2
+
+
 def test_snapshot_reads_the_ladders_koi_applied(api: KubeApi, settings: KubernetesSettings) -> None:
     snap = example_snapshot()
     job = attrs.evolve(snap.jobs[0], id="chat", model="Llama-3.1-8B")
