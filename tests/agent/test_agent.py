@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from koi.agent import Agent, AgentConfig, JsonLog, PluginSpec, SimulatedFleet
-from koi.errors import KoiWarning
+from koi.errors import KoiError, KoiWarning
 from koi.integrations.prometheus import PrometheusTelemetry
 from koi.plugins import hookimpl
 from koi.types import Mediator, Rank, to_data
@@ -185,6 +185,63 @@ def test_a_failing_snapshot_skips_the_tick_and_keeps_the_checkpoint(
     flaky.broken = False
     assert agent.tick_once()["outcome"] == "ok"
     assert agent.planner.state.tick == 2
+
+
+def test_a_failing_stage_commits_the_safe_fallback_and_counts_it(
+    tmp_path: Path, log: JsonLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fleet = SimulatedFleet("smoke")
+    agent = Agent(_config(tmp_path), plugins=[fleet], log=log)
+    port = agent.serve()
+    try:
+        assert agent.tick_once()["outcome"] == "ok"
+        evidence = agent.planner.state.evidence
+
+        def explode(*_a: object, **_k: object) -> None:
+            raise KoiError("solver exploded")
+
+        monkeypatch.setattr("koi.planner._commit.select", explode)
+        record = agent.tick_once()
+        assert record["outcome"] == "fallback"
+        assert record["launched"] is False
+        assert any("solver exploded" in e for e in record["errors"])
+        assert {a["action"] for a in record["plan"]["actions"]} <= {"keep", "defer", "stop"}
+        assert agent.planner.state.evidence == evidence  # nothing learned from a failed tick
+        text = _get(port, "/metrics")[1]
+        assert "koi_agent_fallbacks_total 1.0" in text
+        assert 'koi_agent_ticks_total{outcome="fallback"} 1.0' in text
+        ticks = [e for e in _events(log) if e["event"] == "tick"]
+        assert ticks[-1]["level"] == "warning"
+        assert ticks[-1]["outcome"] == "fallback"
+    finally:
+        assert agent.server is not None
+        agent.server.stop()
+
+
+def test_healthz_turns_503_once_ticks_stop_finishing(tmp_path: Path, log: JsonLog) -> None:
+    now = [1_000.0]
+    agent = Agent(
+        _config(tmp_path, tick_s=10.0),
+        plugins=[SimulatedFleet("smoke")],
+        log=log,
+        clock=lambda: now[0],
+    )
+    port = agent.serve()
+    try:
+        agent.tick_once()
+        code, text = _get(port, "/healthz")
+        assert (code, json.loads(text)["status"]) == (200, "ok")
+        now[0] += 10.0  # the next tick is due: not overdue yet
+        assert _get(port, "/healthz")[0] == 200
+        now[0] += 3600.0  # no tick finished for an hour
+        code, text = _get(port, "/healthz")
+        assert (code, json.loads(text)["status"]) == (503, "stale")
+        assert json.loads(text)["last_outcome"] == "ok"
+        agent.tick_once()
+        assert _get(port, "/healthz")[0] == 200
+    finally:
+        assert agent.server is not None
+        agent.server.stop()
 
 
 def test_unreachable_prometheus_is_reported_and_the_tick_goes_on(
