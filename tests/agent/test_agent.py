@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 import socket
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -315,6 +318,53 @@ def test_a_restarted_agent_resumes_from_the_checkpoint(tmp_path: Path, log: Json
     second.tick_once()
     assert second.planner.state.tick == 3
     assert second.status()["resumed_from_tick"] == 2
+
+
+class Interrupter:
+    """In its second snapshot, SIGINT then SIGTERM: the operator stops the agent, then insists."""
+
+    koi_plugin_name = "interrupter"
+
+    def __init__(self, log: JsonLog) -> None:
+        self.log, self.calls = log, 0
+
+    @hookimpl(tryfirst=True)
+    def koi_snapshot(self, now: float) -> None:
+        self.calls += 1
+        if self.calls != 2:
+            return
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and not any(
+            e["event"] == "stopping" for e in _events(self.log)
+        ):
+            time.sleep(0.01)  # the first signal is handled before the second is sent
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5.0)  # the second signal abandons the tick long before this ends
+
+
+def test_a_second_signal_abandons_the_tick_and_the_checkpoint_stays_the_last_completed(
+    tmp_path: Path, log: JsonLog
+) -> None:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    agent = Agent(_config(tmp_path), plugins=[SimulatedFleet("smoke"), Interrupter(log)], log=log)
+    try:
+        agent.install_signal_handlers()
+        assert agent.run() == 0
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+    events = _events(log)
+    names = [e["event"] for e in events]
+    assert names.count("tick") == 1
+    stopping = next(e for e in events if e["event"] == "stopping")
+    assert (stopping["signal"], stopping["when"]) == ("SIGINT", "after the current tick")
+    abandoning = next(e for e in events if e["event"] == "abandoning")
+    assert abandoning["signal"] == "SIGTERM"
+    assert names.index("abandoning") < names.index("tick_abandoned") < names.index("stopped")
+    assert events[-1]["tick"] == 1
+    checkpoint = json.loads((tmp_path / "koi-state.json").read_text())
+    assert checkpoint["state"]["tick"] == 1  # the abandoned tick left no trace on disk
 
 
 def test_the_agent_keeps_every_job_within_its_precisions(tmp_path: Path, log: JsonLog) -> None:
