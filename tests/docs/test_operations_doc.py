@@ -30,3 +30,31 @@ def test_config_examples_parse_and_prometheus_tables_build(block: str) -> None:
     for spec in cfg.plugins:
         if "prometheus" in spec.use:
             assert isinstance(load_plugin(spec, source="doc"), PrometheusTelemetry)
+
+
+def test_the_agent_manifest_passes_strict_validation() -> None:
+    yaml = pytest.importorskip("yaml")
+    pytest.importorskip("kubernetes_validate")
+    from tests.integrations.kubernetes._schemas import VERSIONS, validate
+
+    (manifest,) = re.findall(r"```yaml\n(.*?)```", TEXT, re.DOTALL)
+    docs = list(yaml.safe_load_all(manifest))
+    kinds = [d["kind"] for d in docs]
+    assert kinds == [
+        "ConfigMap",
+        "PersistentVolumeClaim",
+        "Deployment",
+        "ServiceAccount",
+        "Service",
+    ]
+    for version in (VERSIONS[0], VERSIONS[-1]):
+        for doc in docs:
+            validate(doc, version)
+    deployment = docs[2]
+    assert deployment["spec"]["replicas"] == 1  # two planners must never run at once
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    config = tomllib.loads(docs[0]["data"]["koi.toml"])
+    assert config["agent"]["host"] == "0.0.0.0"  # the kubelet's probes reach the pod's address
+    assert str(config["agent"]["port"]) == str(container["ports"][0]["containerPort"])
