@@ -301,6 +301,11 @@ def test_nan_and_negative_telemetry_is_skipped_with_a_message(
     assert skipped
     assert all(variable in e and needle in e for e in skipped), skipped
     assert json.loads((tmp_path / "koi-state.json").read_text())["state"]["tick"] == 2
+    # The bad values reached nothing: the state is what the fleet's telemetry alone gives.
+    control = Agent(_config(tmp_path / "control"), plugins=[SimulatedFleet("smoke")], log=log)
+    for _ in range(2):
+        control.tick_once()
+    assert agent.planner.state.to_data() == control.planner.state.to_data()
 
 
 def test_a_restarted_agent_resumes_from_the_checkpoint(tmp_path: Path, log: JsonLog) -> None:
