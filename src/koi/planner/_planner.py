@@ -15,6 +15,11 @@ S7        calibration step, checkpoint, audit report    ``_close``, ``_checkpoin
 
 The planner object only holds what outlives a tick: the state, the plugins and the memos that
 make the next tick cheaper (screens, cost references, exercised edges, observed rates).
+
+Longer than most modules: what is left here is the order of the stages and the state they
+share across a tick (the deadline, batch progress, the memos, the state-file lock), including
+the one ordering that makes a tick safe (checkpoint, then launch, then audit); the stages'
+logic lives in the modules above.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Each method fetches the hook's implementations and calls them one by one, so a failure is pinned
 on the plugin that caused it.  What comes back is type-checked, validated and sorted by stable
 keys (plugin names, canonical value keys), never by registration order.
+
+Longer than most modules: one method per hook (seven), each with its own checks on what comes
+back, and all of them share the host's deadline and hang bookkeeping (which plugin still has a
+call running), so they stay in the one class that holds it.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ CUDA-graph mode, the usable VRAM and hence the true KV capacity, the interconnec
 instance type (NVLink, PCIe with or without peer-to-peer), and efficiencies that depend on the
 model, the batch, the context and the tensor parallelism.  None of it is a multiplier on the
 planner's operator model; docs/evaluation.md says where every number comes from.
+
+Longer than most modules: the per-seed hidden draws (:class:`MeasuredTruth`) and the step model
+they parameterise (:class:`MeasuredStepModel` with its operator curves) are one truth, and a
+reader checking that a planner cannot see a hidden setting needs both sides in one place.
 """
 
 from __future__ import annotations

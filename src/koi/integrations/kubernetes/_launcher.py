@@ -1,4 +1,10 @@
-"""The Kubernetes plugin: ``koi_snapshot`` from the cluster, ``koi_launch`` into it."""
+"""The Kubernetes plugin: ``koi_snapshot`` from the cluster, ``koi_launch`` into it.
+
+Longer than most modules: the snapshot and the launch read the same live workloads and pool
+views, and the launch's three modes (advisory, dry run, apply with its bounded readiness wait
+and garbage collection) share one per-job work record; rendering and the API client live in
+their own modules.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The Prometheus telemetry plugin: vLLM and SGLang metrics -> koi observations."""
+"""The Prometheus telemetry plugin: vLLM and SGLang metrics -> koi observations.
+
+Longer than most modules: the plugin's settings, the per-rank window and the fetcher that
+runs one collection's queries under its time budget are one path from PromQL series to an
+observation, and the missing-versus-zero rules must read the same at every step of it.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,10 @@ Decode bookkeeping is O(1) per iteration: a decoding sequence that joined the de
 iteration ``J`` with ``g`` generated tokens holds ``input + g + (it - J)`` KV tokens at iteration
 counter ``it``, so the summed context is ``sum(off) + n * it`` with ``off = input + g - J``, and
 it finishes when ``it`` reaches ``J + output - g`` (a heap keyed by that counter).
+
+Longer than most modules: admission, block planning, preemption, accounting and evacuation all
+mutate the same slotted scheduler state in the replay's innermost loop (the same reason as
+``_engine``); splitting them would cost attribute lookups per iteration.
 """
 
 from __future__ import annotations
