@@ -127,6 +127,7 @@ def test_sweep_command_writes_json_lines_and_a_table_per_scenario(
         ("[sweep]\nscenarios = ['smoke']\nplanners = ['koi']\n[knobs]\nx = []\n", "empty list"),
         ("[sweep\n", "not valid TOML"),
         (WALL_CLOCK_KNOB, "without wall-clock limits"),
+        (WALL_CLOCK_KNOB.replace("selector.time_limit_s", "planner.tick_deadline_s"), "wall-clock"),
     ],
 )
 def test_bad_sweeps_fail_naming_what_is_wrong(text: str, message: str) -> None:

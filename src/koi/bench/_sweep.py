@@ -36,7 +36,9 @@ __all__ = ["Sweep", "SweepResult", "load_sweep", "parse_sweep", "run_sweep", "sw
 
 _SWEEP_KEYS = ("scenarios", "planners", "seeds")
 #: Knobs the bench overrides (koi.baselines.koi_config): refused rather than silently ignored.
-_WALL_CLOCK_KNOBS = frozenset({"selector.time_limit_s", "planner.proposer_timeout_s"})
+_WALL_CLOCK_KNOBS = frozenset(
+    {"selector.time_limit_s", "planner.proposer_timeout_s", "planner.tick_deadline_s"}
+)
 
 Knobs = tuple[tuple[str, Any], ...]
 

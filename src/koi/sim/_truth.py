@@ -33,6 +33,10 @@ __all__ = [
     "stable_seed",
 ]
 
+# ``TruthConfig.pcie_comm_tp8`` is the PCIe communication multiplier at TP=8 (log2 8 = 3); a
+# smaller TP moves it toward 1 in proportion to log2(tp).
+_PCIE_TP8_LOG2 = 3.0
+
 
 def stable_seed(*parts: object) -> int:
     """A process-independent 32-bit seed for a tuple of labels (``hash()`` is salted)."""
@@ -250,7 +254,7 @@ class TruthModel:
         if LinkKind(gpu.link) is LinkKind.PCIE and config.tp > 1:
             lo, hi = c.pcie_comm_tp8
             at8 = lo + u * (hi - lo)
-            comm = 1.0 + (at8 - 1.0) * min(1.0, math.log2(config.tp) / 3.0)
+            comm = 1.0 + (at8 - 1.0) * min(1.0, math.log2(config.tp) / _PCIE_TP8_LOG2)
         return TruthFactors(compute, memory, comm, bubble, overhead)
 
     def step_model(
