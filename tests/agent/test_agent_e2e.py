@@ -139,5 +139,5 @@ def test_dry_run_flag_and_a_bad_config_from_the_command_line(tmp_path: Path) -> 
         timeout=60,
         env={**os.environ},
     )
-    assert done.returncode == 1
+    assert done.returncode == 2
     assert f"{config}: agent.tick_s: must be a number" in done.stderr

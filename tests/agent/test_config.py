@@ -113,13 +113,13 @@ def test_cli_reports_a_config_error_and_exits_1(
 ) -> None:
     path = tmp_path / "koi.toml"
     path.write_text("[agent]\nport = 'http'\n", encoding="utf-8")
-    assert main(["agent", "--config", str(path)]) == 1
+    assert main(["agent", "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert f"koi: error: {path}: agent.port: must be an integer" in err
 
 
 def test_cli_reports_a_missing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["agent", "--config", str(tmp_path / "nope.toml")]) == 1
+    assert main(["agent", "--config", str(tmp_path / "nope.toml")]) == 2
     assert "nope.toml: cannot read" in capsys.readouterr().err
 
 

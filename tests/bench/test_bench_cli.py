@@ -130,6 +130,6 @@ def test_bad_planner_and_scenario_fail_cleanly(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     out = str(tmp_path)
-    assert main(["bench", "--scenario", "smoke", "--planners", "nope", "--out", out]) == 1
+    assert main(["bench", "--scenario", "smoke", "--planners", "nope", "--out", out]) == 2
     assert "unknown planner" in capsys.readouterr().err
-    assert main(["bench", "--scenario", "no-such", "--planners", "fcfs", "--out", out]) == 1
+    assert main(["bench", "--scenario", "no-such", "--planners", "fcfs", "--out", out]) == 2

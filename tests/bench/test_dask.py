@@ -165,5 +165,5 @@ def test_executor_names_parse_and_bad_ones_fail_cleanly() -> None:
         pass
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        assert main(["bench", "--scenario", "smoke", "--executor", "spark"]) == 1
+        assert main(["bench", "--scenario", "smoke", "--executor", "spark"]) == 2
     assert "--executor" in err.getvalue()

@@ -138,11 +138,11 @@ def test_bad_sweeps_fail_naming_what_is_wrong(text: str, message: str) -> None:
 def test_sweep_command_reports_a_bad_file_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["sweep", str(tmp_path / "missing.toml"), "--out", str(tmp_path)]) == 1
+    assert main(["sweep", str(tmp_path / "missing.toml"), "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("koi: error: sweep: no file")
     assert len(err.splitlines()) == 1
     bad = tmp_path / "bad.toml"
     bad.write_text("[sweep]\nscenarios = ['no-such']\nplanners = ['fcfs']\n")
-    assert main(["sweep", str(bad), "--out", str(tmp_path)]) == 1
+    assert main(["sweep", str(bad), "--out", str(tmp_path)]) == 2
     assert "no built-in scenario or file 'no-such'" in capsys.readouterr().err

@@ -86,7 +86,7 @@ def test_file_option_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[[instances]]\ncloud = "acme"\nname = "x"\n', encoding="utf-8")
-    assert main(["catalog", "instances", "--file", str(bad)]) == 1
+    assert main(["catalog", "instances", "--file", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "koi: error:" in err
     assert "bad.toml: instances[0] (acme/x)" in err

@@ -52,7 +52,7 @@ def test_plan_text_and_state(
 def test_plan_names_the_bad_field(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"time_s": 0, "jobs": [{"id": "x"}], "pools": []}')
-    assert main(["plan", str(bad)]) == 1
+    assert main(["plan", str(bad)]) == 2
     err = capsys.readouterr().err
     assert "jobs[0].model: required field missing" in err
 

@@ -165,5 +165,5 @@ def test_render_bad_plans_are_clear_errors(
 ) -> None:
     plan = tmp_path / "plan.json"
     plan.write_text(text)
-    assert main(["render", str(plan), "--target", "k8s", "--out", str(tmp_path / "o")]) == 1
+    assert main(["render", str(plan), "--target", "k8s", "--out", str(tmp_path / "o")]) == 2
     assert message in capsys.readouterr().err

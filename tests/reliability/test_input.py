@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import attrs
@@ -124,10 +123,11 @@ def test_ten_thousand_jobs_are_refused_at_once_with_the_limit() -> None:
     jobs = [attrs.evolve(base, id=f"j{k}") for k in range(10_000)]
     snap = ClusterSnapshot(0.0, jobs, pools())
     planner = Planner(catalog=CATALOG)
-    start = time.perf_counter()
+    before = planner.state
     with pytest.raises(InvalidInput, match=r"10000 jobs exceed the limit of 1000 .*max_jobs"):
         planner.tick(snap)
-    assert time.perf_counter() - start < 5.0
+    # Refused at S0, before any stage ran (how long that takes: benchmarks/input_size.py).
+    assert planner.state is before
 
 
 def test_scenarios_need_pools_and_a_tick_of_a_second() -> None:

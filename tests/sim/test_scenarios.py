@@ -247,7 +247,7 @@ def test_cli_summarises_a_user_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert row["name"] == "mine"
     assert row["gpus"] == 6
     path.write_text('[scenario]\nname = "mine"\nduration_min = 10\n[[pools]]\ncloud = 1\n')
-    assert main(["scenarios", "--file", str(path)]) == 1
+    assert main(["scenarios", "--file", str(path)]) == 2
     assert "pools[0].region: required" in capsys.readouterr().err
 
 

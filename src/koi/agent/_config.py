@@ -196,10 +196,15 @@ def load_config(path: str | Path) -> AgentConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        msg = f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise InvalidInput(msg) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise InvalidInput(f"{path}: TOML nested too deeply") from None
     return parse_config(data, source=str(path))
 
 

@@ -130,6 +130,8 @@ def parse_sweep(text: str, *, source: str = "<sweep>") -> Sweep:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise InvalidInput(f"{source}: TOML nested too deeply") from None
     unknown = sorted(set(doc) - {"sweep", "knobs"})
     if unknown:
         raise InvalidInput(f"{source}: unknown table(s) {unknown}; expected [sweep] and [knobs]")
@@ -170,7 +172,12 @@ def load_sweep(path: str | Path) -> Sweep:
     p = Path(path)
     if not p.is_file():
         raise InvalidInput(f"sweep: no file {str(p)!r}")
-    return parse_sweep(p.read_text(encoding="utf-8"), source=str(p))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise InvalidInput(msg) from None
+    return parse_sweep(text, source=str(p))
 
 
 @attrs.frozen

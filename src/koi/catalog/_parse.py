@@ -98,6 +98,8 @@ def parse_catalog_text(text: str, *, where: str) -> CatalogEntries:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{where}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise InvalidInput(f"{where}: TOML nested too deeply") from None
     unknown = sorted(set(doc) - set(_SECTIONS))
     if unknown:
         msg = f"{where}: unknown table(s) {unknown}; expected any of {sorted(_SECTIONS)}"

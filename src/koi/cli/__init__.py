@@ -70,9 +70,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str) -> int:
-    """One line on stderr, never a traceback (DESIGN: bad input exits non-zero)."""
+    """One line on stderr, never a traceback, and exit code 2 like argparse's own usage errors
+    (bad input, an unreadable file, an unwritable output)."""
     print(f"koi: error: {message}", file=sys.stderr)
-    return 1
+    return 2
 
 
 def _detach_stdout() -> None:

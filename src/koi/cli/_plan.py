@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from koi.errors import InvalidInput
+from koi.errors import InvalidInput, StateError
 from koi.types import ClusterSnapshot, Job, Ladder, Quant, from_json, to_data
 
 __all__ = ["register"]
@@ -77,6 +77,9 @@ def _run(args: argparse.Namespace) -> int:
     snapshot = from_json(text, ClusterSnapshot, where=str(args.snapshot))
     planner = Planner(state_path=args.state)
     result = planner.tick(snapshot)
+    if not result.committed:  # --state asked for the learning to persist, and it did not
+        failed = [e for e in result.errors if e.startswith("checkpoint")]
+        raise StateError(failed[0] if failed else f"{args.state}: the checkpoint was not written")
     at_risk = {r.job_id: r for r in result.at_risk}
     explained = []
     for action in result.plan.actions:

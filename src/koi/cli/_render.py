@@ -81,11 +81,16 @@ def _read(source: str) -> tuple[Any, str]:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"{where}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        msg = f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise InvalidInput(msg) from None
     try:
         return json.loads(text), where
     except json.JSONDecodeError as exc:
         msg = f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         raise InvalidInput(msg) from None
+    except RecursionError:
+        raise InvalidInput(f"{where}: JSON nested too deeply") from None
 
 
 def _precisions(data: Any) -> dict[str, Any]:

@@ -456,6 +456,8 @@ def parse_scenario(text: str, *, source: str = "<string>") -> Scenario:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"{source}: not valid TOML ({exc})") from None
+    except RecursionError:
+        raise InvalidInput(f"{source}: TOML nested too deeply") from None
     for key in doc:
         if key not in ("scenario", "pools", "jobs", "events"):
             msg = f"{source}: {key}: unknown key (allowed: events, jobs, pools, scenario)"
@@ -513,4 +515,9 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         known = ", ".join(scenario_names())
         msg = f"scenario: no built-in scenario or file {str(path)!r} (built-in: {known})"
         raise InvalidInput(msg)
-    return parse_scenario(path.read_text(encoding="utf-8"), source=str(path))
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        msg = f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise InvalidInput(msg) from None
+    return parse_scenario(text, source=str(path))
