@@ -196,7 +196,8 @@ def check_plan(planner: Planner, snapshot: ClusterSnapshot, result: TickResult) 
             for rank in a.ladder.ranks:
                 assert planner.surrogate.feasibility(rank.chain).ok, f"C2 {a.job_id}"
     tau = planner.config.planner.tau
-    free = Counter({p: pools[p].capacity_gpus - stopping[p] for p in pools})
+    # GPUs nobody holds now (``held`` already counts the finished jobs' until their stop).
+    free = Counter({p: pools[p].capacity_gpus for p in pools})
     free.subtract(held)
     best_effort: Counter[str] = Counter()
     for c in result.candidates:  # C3 for every chosen change but the best-effort ones...
