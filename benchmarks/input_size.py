@@ -70,9 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
 
     out = {
         "predict_1_replica_s": _median_s(lambda: _predict(1, 5.0), args.repeats),
-        "predict_1000000_replicas_s": _median_s(
-            lambda: _predict(1_000_000, 5_000.0), args.repeats
-        ),
+        "predict_1000000_replicas_s": _median_s(lambda: _predict(1_000_000, 5_000.0), args.repeats),
         "tick_1_job_s": _median_s(lambda: Planner(catalog=catalog).tick(one), args.repeats),
         "refuse_10000_jobs_s": _median_s(refuse, args.repeats),
         "repeats": args.repeats,

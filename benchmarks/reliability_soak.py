@@ -3,8 +3,9 @@ configuration (replay engine, two search rounds, the tick deadline on); prints J
 
 Every example is a random or adversarial fleet over every catalog GPU and model, with
 finished-but-deployed jobs, shrunk pools, C2-infeasible incumbents, quotas, priorities and, in
-one example in ten each, a hanging proposer or one raising ``SystemExit``.  Counted: violations of C1–C5 or the priority
-rule, and fallbacks (a tick that gave up although the safe plan is always valid).
+one example in ten each, a hanging proposer or one raising ``SystemExit``.  Counted: violations
+of C1–C5 or the priority rule, and fallbacks (a tick that gave up although the safe plan is
+always valid).
 
     python benchmarks/reliability_soak.py [--examples 1000] [--seed 0]
 """
