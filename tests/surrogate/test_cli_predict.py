@@ -127,7 +127,7 @@ def test_text_output_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
                 "1",
             ]
         )
-        == 1
+        == 2
     )
     assert "nope" in capsys.readouterr().err
 
