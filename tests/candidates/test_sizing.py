@@ -1,4 +1,5 @@
-"""One required-rate rule, replica sizing from it, and planning for the observed rate."""
+"""One required-rate rule, replica sizing from it (with the learned corrections), and planning
+for the observed rate."""
 
 from __future__ import annotations
 
@@ -7,8 +8,26 @@ import math
 import attrs
 import pytest
 
-from koi.candidates import ProposerConfig, replicas_for, with_observed_rate
-from koi.types import MIN_BATCH_WINDOW_S, Job, LengthDist, ServingTarget, WorkloadProfile
+from koi.candidates import (
+    Corrections,
+    ProposerConfig,
+    Screener,
+    SizedOption,
+    replicas_for,
+    with_observed_rate,
+)
+from koi.catalog import load_catalog
+from koi.surrogate import RankCorrection, Surrogate
+from koi.types import (
+    MIN_BATCH_WINDOW_S,
+    Config,
+    Environment,
+    GpuSpec,
+    Job,
+    LengthDist,
+    ServingTarget,
+    WorkloadProfile,
+)
 
 CFG = ProposerConfig()
 
@@ -71,3 +90,42 @@ def test_a_drifted_job_is_planned_for_its_observed_rate_on_a_grid() -> None:
     # The grid: nearby observations plan for the same rate (screens stay cached).
     assert with_observed_rate(job, 6.05, tolerance=0.15) == drifted
     assert with_observed_rate(_batch(), 99.0, tolerance=0.15) == _batch()
+
+
+def _l40s() -> tuple[Environment, dict[str, GpuSpec]]:
+    catalog = load_catalog()
+    env = next(
+        e for e in catalog.environments(clouds=["aws"]) if e.id.endswith("on_demand/g6e.xlarge")
+    )
+    return env, dict(catalog.gpus)
+
+
+def _replicas(sized: list[SizedOption]) -> dict[Config, int]:
+    return {s.option.config: s.replicas for s in sized}
+
+
+@pytest.mark.parametrize("job", [_online(rate=20.0), _batch(total=200_000)])
+def test_learned_corrections_size_more_replicas_and_the_memo_follows_them(job: Job) -> None:
+    catalog = load_catalog()
+    screener = Screener(Surrogate(catalog.gpus, catalog.models), CFG)
+    env, gpus = _l40s()
+
+    def slower(factor: float) -> Corrections:
+        return lambda chain: RankCorrection(decode_time=factor)
+
+    prior = screener.sized_options(job, [env], gpus, now_s=0.0)
+    learned = screener.sized_options(job, [env], gpus, now_s=0.0, corrections=slower(1.3))
+    assert prior
+    assert _replicas(learned).keys() <= _replicas(prior).keys()
+    more = [c for c, n in _replicas(learned).items() if n > _replicas(prior)[c]]
+    assert more  # the slower stratum needs more replicas ...
+    assert all(n >= _replicas(prior)[c] for c, n in _replicas(learned).items())  # ... never fewer
+    by_config = {s.option.config: s for s in prior}
+    for s in learned:  # ... because each replica is credited the corrected capacity
+        assert s.option.capacity_tok_s < by_config[s.option.config].option.capacity_tok_s
+    # A moved correction is a new sizing, not a stale memo; no evidence is the prior's.
+    faster = screener.sized_options(job, [env], gpus, now_s=0.0, corrections=slower(0.7))
+    assert sum(_replicas(faster).values()) < sum(_replicas(prior).values())
+    identity = screener.sized_options(job, [env], gpus, now_s=0.0, corrections=slower(1.0))
+    assert identity == prior
+    assert screener.sized_options(job, [env], gpus, now_s=0.0) == prior

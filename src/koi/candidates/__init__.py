@@ -35,7 +35,14 @@ from koi.candidates._placement import (
     risk_price,
 )
 from koi.candidates._routing import routing_matters, with_routing
-from koi.candidates._screen import Option, Screener, SizedOption, largest_shapes, meets_target
+from koi.candidates._screen import (
+    Corrections,
+    Option,
+    Screener,
+    SizedOption,
+    largest_shapes,
+    meets_target,
+)
 from koi.candidates._sizing import RATE_STEP, observed_rates, replicas_for, with_observed_rate
 
 __all__ = [
@@ -44,6 +51,7 @@ __all__ = [
     "RATE_STEP",
     "SEARCHED",
     "CandidateGenerator",
+    "Corrections",
     "Focus",
     "Option",
     "ProposalContext",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -12,7 +12,8 @@ from koi.beliefs import EvidenceStore
 from koi.dag import DagView, Mechanism, node_value
 from koi.errors import InvalidInput
 from koi.selector import BudgetBook
-from koi.types import ClusterSnapshot, GpuSpec, Ladder, ModelSpec, Outcome
+from koi.surrogate import RankCorrection
+from koi.types import Chain, ClusterSnapshot, GpuSpec, Ladder, ModelSpec, Outcome
 from koi.types.validators import non_negative_int, not_nan, positive_int
 
 __all__ = ["ProposalContext"]
@@ -80,6 +81,9 @@ class ProposalContext:
     ``reclaimable`` counts, per pool, GPUs other jobs could release for this one this tick
     (making room); a proposer may place on them as if they were free, and the joint selection
     takes the ladder only together with the other jobs' smaller ladders.
+    ``corrections`` are the residual corrections in force for the job, per chain (the callback
+    the evaluator predicts with; ``None``: the surrogate's prior): a proposer that sizes with
+    them sizes for the capacity the evaluator will credit.
 
     .. versionadded:: 0.1
     """
@@ -106,3 +110,6 @@ class ProposalContext:
     at_risk: tuple[Outcome, ...] = attrs.field(default=(), converter=_outcomes)
     evidence: EvidenceStore | None = attrs.field(default=None, hash=False, eq=False)
     reclaimable: Mapping[str, int] = attrs.field(factory=dict, converter=_counts, hash=False)
+    corrections: Callable[[Chain], RankCorrection] | None = attrs.field(
+        default=None, hash=False, eq=False
+    )

@@ -3,7 +3,8 @@ a bounded, diverse short list.
 
 For one job it enumerates configurations over GPU type, tensor and pipeline parallelism,
 quantization and batch size inside the job's budget book (:mod:`koi.candidates._screen`), sizes
-replicas from the required throughput, and places each ladder on the cheapest pools with room
+replicas from the required throughput (at the capacity the residual corrections in force
+credit, when the context carries them), and places each ladder on the cheapest pools with room
 (:func:`koi.candidates.place`).  The short list is focused by the DAG's backward query and the
 matching mechanisms (:mod:`koi.candidates._focus`).  With no DAG view or no incumbent (cold
 start) the whole enumeration competes: the cheapest overall, the best per GPU type, the
@@ -89,6 +90,7 @@ class CandidateGenerator:
             now_s=snapshot.time_s,
             deadline_s=context.deadline_s,
             headroom=headroom,
+            corrections=context.corrections,
         ):
             opt = sized.option
             per_replica_tok_s = max(

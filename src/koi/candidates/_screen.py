@@ -4,27 +4,37 @@ Performance depends on the GPU type and config, not on which pool sells the GPU,
 (instance shape, config) is screened once and then priced per pool.  Both the screen and the
 sizing are memoized: the planner asks for the same job several times per tick (budget books,
 cost reference, proposals) and across ticks.
+
+Sizing may be given the residual corrections in force (DESIGN §4.5.1, the callback the
+planner's evaluator applies): each option's per-replica capacity and its sized screen then come
+from the surrogate *with* the correction, so a stratum learned to be slower gets more replicas
+and a screen verdict that agrees with the evaluator's.  Without corrections (or for a chain
+whose correction is the identity) the prior's capacity is used unchanged.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import attrs
 
 from koi.candidates._config import ProposerConfig
 from koi.candidates._sizing import replicas_for
-from koi.surrogate import Prediction, Surrogate
+from koi.surrogate import Prediction, RankCorrection, Surrogate
 from koi.types import Chain, Config, Environment, GpuSpec, Job, Ladder, Outcomes, Quant, Rank
 
-__all__ = ["Option", "Screener", "SizedOption", "meets_target"]
+#: The residual corrections in force, per chain (the surrogate's ``corrections`` callback).
+Corrections = Callable[[Chain], RankCorrection]
+
+__all__ = ["Corrections", "Option", "Screener", "SizedOption", "meets_target"]
 
 
 @attrs.frozen
 class Option:
-    """One screened (instance shape, config) with its per-replica capacity."""
+    """One screened (instance shape, config) with its per-replica capacity (corrected when the
+    sizing was given corrections)."""
 
     shape: Environment
     config: Config
@@ -73,16 +83,20 @@ class Screener:
         now_s: float,
         deadline_s: float = math.inf,
         headroom: float = 1.0,
+        corrections: Corrections | None = None,
     ) -> list[SizedOption]:
         """Every useful (GPU type, config), sized for ``job`` and screened at that size, on the
         largest instance shape of each GPU type in ``envs``; what was sized so far when the
         monotonic ``deadline_s`` passes.
 
-        Memoized per (job, instance shape, time for batch jobs, headroom).
+        With ``corrections`` each option is sized for its corrected capacity and screened with
+        the correction (see the module docstring); without, for the prior's.  Memoized per
+        (job, instance shape, time for batch jobs, headroom, the corrections of the shape's
+        chains), so a correction that moves never reuses a stale sizing.
         """
         out: list[SizedOption] = []
         for _, shape in sorted(largest_shapes(envs).items()):
-            sized = self._sized_shape(job, shape, gpus, now_s, deadline_s, headroom)
+            sized = self._sized_shape(job, shape, gpus, now_s, deadline_s, headroom, corrections)
             if sized is None:
                 break  # out of time: what was sized so far
             out.extend(sized)
@@ -96,29 +110,51 @@ class Screener:
         now_s: float,
         deadline_s: float,
         headroom: float,
+        corrections: Corrections | None,
     ) -> list[SizedOption] | None:
-        key = (job, shape, None if job.is_online else now_s, headroom)
-        hit = self._sized.get(key)
-        if hit is not None:
-            return hit
         options = self._screen_shape(job, shape, gpus[shape.gpu], deadline_s)
         if options is None:
             return None
+        chains = [Chain(job.model, opt.shape, opt.config) for opt in options]
+        # The corrections are part of the key: the sizing is stale once one of them moves.
+        corr = tuple(corrections(c) for c in chains) if corrections is not None else None
+        if corr is not None and all(c.is_identity for c in corr):
+            corr = None  # no evidence yet: the prior's sizing, shared with uncorrected callers
+        key = (job, shape, None if job.is_online else now_s, headroom, corr)
+        hit = self._sized.get(key)
+        if hit is not None:
+            return hit
         out: list[SizedOption] = []
-        for opt in options:
+        for k, (opt, chain) in enumerate(zip(options, chains, strict=True)):
             if time.monotonic() > deadline_s:
                 return None  # incomplete: not cached
+            fn = corrections if corr is not None else None
+            if fn is not None and corr is not None and not corr[k].is_identity:
+                capacity = self._corrected_capacity(job, chain, fn)
+                if capacity is None:
+                    continue
+                opt = attrs.evolve(opt, capacity_tok_s=capacity)
             replicas = replicas_for(
                 job, opt.capacity_tok_s, now_s=now_s, headroom=headroom, cfg=self.cfg
             )
-            sized = Ladder((Rank(Chain(job.model, opt.shape, opt.config), replicas),))
-            pred = self.surrogate.screen(job, sized, now_s=now_s)
+            sized = Ladder((Rank(chain, replicas),))
+            pred = self.surrogate.screen(job, sized, now_s=now_s, corrections=fn)
             if pred.feasible:
                 out.append(SizedOption(opt, replicas, pred, meets_target(job, pred.outcomes)))
         if len(self._sized) >= self.cfg.memo_size:
             self._sized.pop(next(iter(self._sized)))
         self._sized[key] = out
         return out
+
+    def _corrected_capacity(self, job: Job, chain: Chain, corrections: Corrections) -> float | None:
+        """One replica's capacity with the corrections applied, by the surrogate (the one
+        place a correction is applied), at the screen's canonical rate."""
+        pred = self.surrogate.screen(
+            canonical(job), Ladder((Rank(chain, 1),)), corrections=corrections
+        )
+        if not pred.feasible or not pred.ranks or pred.ranks[0].capacity_tok_s <= 0:
+            return None
+        return pred.ranks[0].capacity_tok_s
 
     def configs(self, gpu: GpuSpec, gpus_per_instance: int, multi_node: bool) -> Iterable[Config]:
         """The enumeration on one instance shape: pp = 1 before pp = 2 for each tp."""
@@ -147,8 +183,7 @@ class Screener:
         """
         # A replica's memory fit and capacity do not depend on the offered rate: screening at
         # a canonical rate lets a drifting job (and jobs sharing a workload shape) reuse it.
-        if job.is_online:
-            job = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=1.0))
+        job = canonical(job)
         key = (job.model, job.job_class, job.workload, job.target, job.precisions, env)
         cached = self._screens.get(key)
         if cached is not None:
@@ -179,6 +214,13 @@ class Screener:
             options.append(opt)
         self._screens[key] = options
         return options
+
+
+def canonical(job: Job) -> Job:
+    """``job`` at the canonical rate replicas are screened at (online jobs; others as is)."""
+    if not job.is_online:
+        return job
+    return attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=1.0))
 
 
 def largest_shapes(envs: Iterable[Environment]) -> dict[str, Environment]:

@@ -260,7 +260,8 @@ def _context(
     *,
     rnd: int = 0,
 ) -> ProposalContext:
-    """The whole fleet (no budget book), with ``reclaimable`` GPUs counted as free."""
+    """The whole fleet (no budget book), with ``reclaimable`` GPUs counted as free, sized with
+    the corrections the evaluator judges by."""
     return ProposalContext(
         snapshot=snapshot,
         gpus=evaluator.gpus,
@@ -269,6 +270,7 @@ def _context(
         max_candidates=cfg.planner.max_candidates,
         reclaimable=reclaimable,
         round=rnd,
+        corrections=evaluator.corrections(job),
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from koi.candidates import Screener
+from koi.candidates import Corrections, Screener
 from koi.scoring import Normalizer, ScoringConfig, deferral_score, ideal_point, tchebycheff
 from koi.selector import JobDemand
 from koi.types import ClusterSnapshot, GpuSpec, Job, Outcomes
@@ -26,11 +26,16 @@ def job_demand(
     *,
     reference_cost_per_mtok: float,
     scoring: ScoringConfig,
+    corrections: Corrections | None = None,
 ) -> JobDemand | None:
-    """GPUs needed and value per GPU in every pool that can serve ``job``."""
+    """GPUs needed and value per GPU in every pool that can serve ``job``, sized with the
+    residual ``corrections`` in force (the proposals are)."""
     envs = [p.environment for p in snapshot.pools if p.environment.gpu in gpus]
     best: dict[str, tuple[int, Outcomes, float]] = {}
-    for sized in screener.sized_options(job, envs, gpus, now_s=snapshot.time_s):
+    sized_options = screener.sized_options(
+        job, envs, gpus, now_s=snapshot.time_s, corrections=corrections
+    )
+    for sized in sized_options:
         if not sized.meets_target:
             continue
         gpu = sized.option.gpu
@@ -72,7 +77,10 @@ def job_demand(
 def reference_cost(
     job: Job, snapshot: ClusterSnapshot, screener: Screener, gpus: Mapping[str, GpuSpec]
 ) -> float:
-    """The cheapest cost per Mtok any pool of the fleet offers ``job`` (the cost scale)."""
+    """The cheapest cost per Mtok any pool of the fleet offers ``job`` (the cost scale).
+
+    On the prior, uncorrected: a scale that moved with every learned correction would move
+    every score with it."""
     envs = [p.environment for p in snapshot.pools if p.environment.gpu in gpus]
     cheapest_per_gpu: dict[str, float] = {}
     for env in envs:

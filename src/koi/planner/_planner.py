@@ -355,19 +355,7 @@ class Planner:
         self._progress = record_progress(snapshot)
         # The cost scale is a property of the declared workload and the hardware on offer.
         refs = {j.id: self._reference_cost(snapshot.job(j.id), snapshot) for j in running}
-        books = budget_books(
-            self.host,
-            self.books,
-            snapshot,
-            running,
-            screener=self.generator.screener,
-            gpus=self.gpus,
-            reference_costs=refs,
-            cfg=cfg,
-            errors=errors,
-            deadline_s=deadline.plan_by,
-        )
-        watch.lap("S4_books")
+        # Built before the books: they size with the corrections it predicts with.
         evaluator = Evaluator(
             snapshot=snapshot,
             state=state,
@@ -379,6 +367,20 @@ class Planner:
             reference_cost=refs,
             exercised=self._exercised_memo(),
         )
+        books = budget_books(
+            self.host,
+            self.books,
+            snapshot,
+            running,
+            screener=self.generator.screener,
+            gpus=self.gpus,
+            reference_costs=refs,
+            cfg=cfg,
+            errors=errors,
+            deadline_s=deadline.plan_by,
+            corrections=evaluator.corrections,
+        )
+        watch.lap("S4_books")
         candidates = self._incumbents(running, snapshot, evaluator, over)
         graph = cfg.planner.causal_graph
         propose_and_evaluate(

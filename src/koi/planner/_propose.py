@@ -9,10 +9,10 @@ deferring it (paper §2.1); later rounds give the built-in generator more headro
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from koi.beliefs import Beta, EdgeKey, EvidenceStore
-from koi.candidates import ProposalContext, Screener, at_risk_outcomes
+from koi.candidates import Corrections, ProposalContext, Screener, at_risk_outcomes
 from koi.config import KoiConfig
 from koi.dag import CausalDag, DagView, Mechanism, RankContext
 from koi.errors import KoiError
@@ -57,9 +57,10 @@ def budget_books(
     cfg: KoiConfig,
     errors: list[str],
     deadline_s: float | None = None,
+    corrections: Callable[[Job], Corrections] | None = None,
 ) -> Mapping[str, BudgetBook]:
     """The host's books when a plugin gives them (by ``deadline_s``), else the root planner's
-    LP (paper §2.6)."""
+    LP (paper §2.6), each job's demand sized with its ``corrections`` in force."""
     from_host = host.budget_books(snapshot, deadline_s=deadline_s)
     if from_host is not None:
         return from_host
@@ -72,6 +73,7 @@ def budget_books(
             gpus,
             reference_cost_per_mtok=reference_costs[job.id],
             scoring=cfg.scoring,
+            corrections=corrections(job) if corrections is not None else None,
         )
         if d is not None:
             demands.append(d)
@@ -187,6 +189,7 @@ def propose_and_evaluate(
                 max_candidates=cfg.planner.max_candidates,
                 at_risk=at_risk.get(job.id, ()),
                 evidence=evidence,
+                corrections=evaluator.corrections(job),
             )
             batch = host.propose_ladders(job, context)
             errors.extend(str(e) for e in batch.errors)
