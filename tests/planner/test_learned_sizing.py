@@ -45,8 +45,10 @@ def _planner() -> Planner:
     # One proposal round: the later rounds' fixed headroom would hide a sizing that ignores
     # the corrections for a 30 % miss (it adds a third of the replicas per round).
     cfg = KoiConfig()
-    knobs = {"tick_deadline_s": None, "proposer_timeout_s": None, "search_rounds": 1}
-    return Planner(config=attrs.evolve(cfg, planner=attrs.evolve(cfg.planner, **knobs)))
+    planner = attrs.evolve(
+        cfg.planner, tick_deadline_s=None, proposer_timeout_s=None, search_rounds=1
+    )
+    return Planner(config=attrs.evolve(cfg, planner=planner))
 
 
 def _learned(planner: Planner, factor: float) -> Planner:
