@@ -72,6 +72,7 @@ class Screener:
         self.surrogate = surrogate
         self.cfg = cfg or ProposerConfig()
         self._screens: dict[object, list[Option]] = {}
+        self._capacities: dict[object, float | None] = {}
         self._sized: dict[object, list[SizedOption]] = {}
 
     def sized_options(
@@ -130,7 +131,7 @@ class Screener:
                 return None  # incomplete: not cached
             fn = corrections if corr is not None else None
             if fn is not None and corr is not None and not corr[k].is_identity:
-                capacity = self._corrected_capacity(job, chain, fn)
+                capacity = self._corrected_capacity(job, chain, corr[k], fn)
                 if capacity is None:
                     continue
                 opt = attrs.evolve(opt, capacity_tok_s=capacity)
@@ -146,15 +147,27 @@ class Screener:
         self._sized[key] = out
         return out
 
-    def _corrected_capacity(self, job: Job, chain: Chain, corrections: Corrections) -> float | None:
-        """One replica's capacity with the corrections applied, by the surrogate (the one
-        place a correction is applied), at the screen's canonical rate."""
-        pred = self.surrogate.screen(
-            canonical(job), Ladder((Rank(chain, 1),)), corrections=corrections
-        )
-        if not pred.feasible or not pred.ranks or pred.ranks[0].capacity_tok_s <= 0:
-            return None
-        return pred.ranks[0].capacity_tok_s
+    def _corrected_capacity(
+        self, job: Job, chain: Chain, correction: RankCorrection, corrections: Corrections
+    ) -> float | None:
+        """One replica's capacity with ``chain``'s correction applied, by the surrogate (the
+        one place a correction is applied), at the screen's canonical rate.
+
+        Cached like the screen it corrects: by the workload shape, the chain and the
+        correction, so a batch job's capacity is not re-derived every tick as its remaining
+        work shrinks."""
+        job = canonical(job)
+        key = (job.model, job.job_class, job.workload, job.target, chain, correction)
+        if key in self._capacities:
+            return self._capacities[key]
+        pred = self.surrogate.screen(job, Ladder((Rank(chain, 1),)), corrections=corrections)
+        capacity = None
+        if pred.feasible and pred.ranks and pred.ranks[0].capacity_tok_s > 0:
+            capacity = pred.ranks[0].capacity_tok_s
+        if len(self._capacities) >= self.cfg.memo_size:
+            self._capacities.pop(next(iter(self._capacities)))
+        self._capacities[key] = capacity
+        return capacity
 
     def configs(self, gpu: GpuSpec, gpus_per_instance: int, multi_node: bool) -> Iterable[Config]:
         """The enumeration on one instance shape: pp = 1 before pp = 2 for each tp."""
