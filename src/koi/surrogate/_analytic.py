@@ -17,11 +17,13 @@ from koi.types import LengthDist
 
 __all__ = [
     "RankLoad",
+    "Saturation",
     "ServingEstimate",
     "capacity_tok_s",
     "estimate_closed_loop",
     "estimate_open_loop",
     "quantile",
+    "saturation",
 ]
 
 _Z99 = 2.3263478740408408  # standard normal 0.99 quantile
@@ -180,20 +182,31 @@ def _mix(load: RankLoad, rate: float, seqs: float, ctx: float, inp: float) -> _M
     return _mix_of(load, rate, _steps(load, seqs, ctx, inp), seqs, ctx, inp)
 
 
-def _capacity(load: RankLoad, inp: float, out: float) -> tuple[float, float, _Mix]:
-    """Saturation (batch, output tok/s, iteration mix) of one replica."""
+@attrs.frozen
+class Saturation:
+    """One replica at saturation: its batch, output tokens per second and iteration mix."""
+
+    batch: float
+    tok_s: float
+    mix: _Mix
+
+
+def saturation(load: RankLoad) -> Saturation:
+    """The replica at saturation (KV- or batch-limited): a function of ``load`` alone, so a
+    caller that estimates one load at many rates can compute it once and pass it in."""
+    inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
     b = _max_batch(load, ctx)
     st = _steps(load, b, ctx, inp)  # the batch shape is fixed: only the prefill rate moves
     mix = _mix_of(load, 0.0, st, b, ctx, inp)
     for _ in range(8):  # requests finish at b / (O·s) per second and each brings I prompt tokens
         mix = _mix_of(load, b / (out * mix.mean.time_s), st, b, ctx, inp)
-    return b, b / mix.mean.time_s, mix
+    return Saturation(b, b / mix.mean.time_s, mix)
 
 
 def capacity_tok_s(load: RankLoad) -> float:
     """Saturation output tokens per second of one replica (KV- or batch-limited)."""
-    return _capacity(load, load.input_len.mean, load.output_len.mean)[1]
+    return saturation(load).tok_s
 
 
 def _ttft(mix: _Mix, q_wait: float) -> tuple[float, float]:
@@ -204,15 +217,19 @@ def _ttft(mix: _Mix, q_wait: float) -> tuple[float, float]:
     return service + 0.5 * mix.mean.time_s + wait, wait
 
 
-def estimate_open_loop(load: RankLoad, rate_rps: float, horizon_s: float) -> ServingEstimate:
-    """Steady state of one replica fed ``rate_rps`` requests per second (Poisson-like)."""
+def estimate_open_loop(
+    load: RankLoad, rate_rps: float, horizon_s: float, *, sat: Saturation | None = None
+) -> ServingEstimate:
+    """Steady state of one replica fed ``rate_rps`` requests per second (Poisson-like);
+    ``sat`` is ``saturation(load)`` when the caller has it."""
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
-    b_max, cap, sat = _capacity(load, inp, out)
+    s = sat if sat is not None else saturation(load)
+    b_max, cap, sat_mix = s.batch, s.tok_s, s.mix
     offered = rate_rps * out
     rho = offered / cap
     if rho >= 1.0:
-        b, mix = b_max, sat
+        b, mix = b_max, sat_mix
     else:
         lo, hi = 0.0, b_max
         for _ in range(30):  # bisection on B = λ·O·s(B)
@@ -269,13 +286,16 @@ def estimate_open_loop(load: RankLoad, rate_rps: float, horizon_s: float) -> Ser
     )
 
 
-def estimate_closed_loop(load: RankLoad, concurrency: float) -> ServingEstimate:
-    """Steady state of one replica that always has ``concurrency`` requests in flight.
+def estimate_closed_loop(
+    load: RankLoad, concurrency: float, *, sat: Saturation | None = None
+) -> ServingEstimate:
+    """Steady state of one replica that always has ``concurrency`` requests in flight
+    (``sat`` as in :func:`estimate_open_loop`).
 
     With chunk admission (vLLM) more clients than the KV cache holds make the engine thrash:
     see :func:`_thrash`.
     """
-    est = _estimate_closed_loop(load, concurrency)
+    est = _estimate_closed_loop(load, concurrency, sat if sat is not None else saturation(load))
     waste = _thrash(load, concurrency)
     if waste <= 0.0:
         return est
@@ -313,10 +333,10 @@ def _thrash(load: RankLoad, concurrency: float) -> float:
     return (n_adm - n_fit) / n_fit * math.ceil(inp / load.max_batched_tokens)
 
 
-def _estimate_closed_loop(load: RankLoad, concurrency: float) -> ServingEstimate:
+def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -> ServingEstimate:
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
-    b_max, cap, _ = _capacity(load, inp, out)
+    b_max, cap = sat.batch, sat.tok_s
     n_run = min(concurrency, b_max)
     if load.input_len.cv == 0 and load.output_len.cv == 0:
         return _closed_loop_waves(load, concurrency, n_run, cap)

@@ -18,11 +18,12 @@ import attrs
 from koi.errors import InvalidInput
 from koi.surrogate._analytic import (
     RankLoad,
+    Saturation,
     ServingEstimate,
-    capacity_tok_s,
     estimate_closed_loop,
     estimate_open_loop,
     quantile,
+    saturation,
 )
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._correct import RankCorrection, ScaledStepModel
@@ -30,6 +31,8 @@ from koi.surrogate._memory import Feasibility, feasibility, iteration_tokens, no
 from koi.surrogate._prefix import NO_HIT, PrefixHit, cached_load, prefix_hit
 from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
 from koi.surrogate._substitute import ProfileSource, select_step_model
+from koi.surrogate.replay._cache import CachedStepModel
+from koi.surrogate.replay._config import ReplayConfig
 from koi.surrogate.replay._step import StepTimeModel
 from koi.types import (
     Chain,
@@ -47,6 +50,13 @@ from koi.types import (
 )
 
 __all__ = ["Prediction", "RankPrediction", "Surrogate"]
+
+#: Step-time caches shared by the replays of one step model: how many are kept, and how many
+#: entries one may hold before it starts over (a memo, not state: its values never change).
+_STEP_CACHES = 512
+_STEP_CACHE_ENTRIES = 50_000
+#: The configuration the adapter's replay engines run with (their step caches must match it).
+_ENGINE = ReplayConfig()
 
 _INFEASIBLE_MEDIATORS = Mediators(
     kv_cache_util=0.0,
@@ -187,6 +197,7 @@ class _RankLoad:
     feas: Feasibility
     corr: RankCorrection
     key: tuple[Any, ...]
+    step_key: tuple[Any, ...]
 
 
 class Surrogate:
@@ -213,8 +224,9 @@ class Surrogate:
         self.profiles = profiles
         self._cache: OrderedDict[Any, Prediction] = OrderedDict()
         self._ranks: OrderedDict[Any, ServingEstimate] = OrderedDict()
-        self._caps: dict[Any, float] = {}
+        self._sats: dict[Any, Saturation] = {}
         self._steps: dict[Any, tuple[StepTimeModel, str | None]] = {}
+        self._step_caches: OrderedDict[Any, CachedStepModel] = OrderedDict()
         self._feasible: dict[tuple[Chain, int | None, int | None], Feasibility] = {}
         self.hits = 0
         self.misses = 0
@@ -387,7 +399,8 @@ class Surrogate:
                 c.prefill_time,
                 c.decode_time,
             )
-            loads.append(_RankLoad(rank, load, feas, c, key))
+            step_key = (gpu.name, model.name, cf, c.prefill_time, c.decode_time)
+            loads.append(_RankLoad(rank, load, feas, c, key, step_key))
         if job.is_online:
             ranks = self._online(job, loads, replay=replay)
         else:
@@ -401,6 +414,43 @@ class Surrogate:
         hit = self._steps.get(key)
         if hit is None:
             hit = self._steps[key] = self.step_model(gpu, model, config)
+        return hit
+
+    def _step_cache(self, r: _RankLoad) -> CachedStepModel | None:
+        """One step-time cache per step model for all its replays.
+
+        A replay engine otherwise builds a fresh :class:`CachedStepModel` over the rank's step
+        model and probes the model again for every node; the cache is a deterministic
+        function of the (deterministic) step model and the engine's resolution, so sharing it
+        returns the same step times.
+        """
+        rc = _ENGINE
+        if not rc.cache_step_times:
+            return None
+        hit = self._step_caches.get(r.step_key)
+        if hit is not None and hit.footprint <= _STEP_CACHE_ENTRIES:
+            self._step_caches.move_to_end(r.step_key)
+            return hit
+        hit = CachedStepModel(
+            r.load.step_model,
+            resolution=rc.step_resolution,
+            floor_tokens=rc.step_floor_tokens,
+            affine=rc.step_affine,
+        )
+        self._step_caches[r.step_key] = hit
+        self._step_caches.move_to_end(r.step_key)
+        if len(self._step_caches) > _STEP_CACHES:
+            self._step_caches.popitem(last=False)
+        return hit
+
+    def _saturation(self, key: Any, load: RankLoad) -> Saturation:
+        """``saturation(load)``, memoized by ``key`` (everything ``load`` is made of): every
+        estimate of one load at another rate or concurrency starts from it."""
+        hit = self._sats.get(key)
+        if hit is None:
+            if len(self._sats) >= self.cfg.cache_size:
+                self._sats.clear()  # a memo, not state: start over rather than grow
+            hit = self._sats[key] = saturation(load)
         return hit
 
     def _memo(self, key: Any, fn: Callable[[], ServingEstimate]) -> ServingEstimate:
@@ -456,10 +506,7 @@ class Surrogate:
         caps = []
         for r in loads:
             sat_load, sat_key = self._with_hit(r, self._saturated_hit(job, r))
-            cap = self._caps.get(sat_key)
-            if cap is None:
-                cap = self._caps[sat_key] = capacity_tok_s(sat_load)
-            caps.append(cap * r.rank.replicas)
+            caps.append(self._saturation(sat_key, sat_load).tok_s * r.rank.replicas)
         total = sum(caps)
         out: list[RankPrediction] = []
         for r, cap in zip(loads, caps, strict=True):
@@ -473,7 +520,13 @@ class Surrogate:
                 load0, key0 = self._with_hit(r, hit)
                 first = self._memo(
                     (key0, "open-screen", per_replica),
-                    partial(estimate_open_loop, load0, per_replica, cfg.replay_horizon_s),
+                    partial(
+                        estimate_open_loop,
+                        load0,
+                        per_replica,
+                        cfg.replay_horizon_s,
+                        sat=self._saturation(key0, load0),
+                    ),
                 )
                 hit = self._hit(job, r, first.mean_batch)
             load, rkey = self._with_hit(r, hit)
@@ -490,10 +543,18 @@ class Surrogate:
                     cfg,
                     arrival=w.arrival,
                     gamma_cv=w.gamma_cv,
+                    step_cache=self._step_cache(r),
+                    sat=self._saturation(rkey, load),
                 )
             else:
                 key = (rkey, "open-screen", per_replica)
-                run = partial(estimate_open_loop, load, per_replica, cfg.replay_horizon_s)
+                run = partial(
+                    estimate_open_loop,
+                    load,
+                    per_replica,
+                    cfg.replay_horizon_s,
+                    sat=self._saturation(rkey, load),
+                )
             est = self._memo(key, run)
             if est.utilization < 0.9:
                 # The bucketed rate only shapes the latencies; below saturation the served
@@ -521,10 +582,13 @@ class Surrogate:
                 m = min(r.rank.replicas, cfg.replay_max_replicas)
                 routing = r.rank.chain.config.routing
                 key = (rkey, "closed", m, routing, conc)
-                run = partial(replay_closed_loop, load, routing, m, conc * m, cfg)
+                cache, sat = self._step_cache(r), self._saturation(rkey, load)
+                run = partial(
+                    replay_closed_loop, load, routing, m, conc * m, cfg, step_cache=cache, sat=sat
+                )
             else:
                 key = (rkey, "closed-screen", conc)
-                run = partial(estimate_closed_loop, load, conc)
+                run = partial(estimate_closed_loop, load, conc, sat=self._saturation(rkey, load))
             ests.append(self._memo(key, run))
             hits.append(hit)
         total = sum(e.throughput_tok_s * r.rank.replicas for e, r in zip(ests, loads, strict=True))

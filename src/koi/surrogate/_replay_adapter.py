@@ -14,12 +14,14 @@ import numpy as np
 
 from koi.surrogate._analytic import (
     RankLoad,
+    Saturation,
     ServingEstimate,
     estimate_closed_loop,
     estimate_open_loop,
 )
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._protocol import LoadProtocol
+from koi.surrogate.replay._cache import CachedStepModel
 from koi.surrogate.replay._step import StepTime
 from koi.types import Arrival, Routing, WorkloadProfile
 
@@ -46,9 +48,11 @@ def replay_available() -> bool:
     return _engine() is not None
 
 
-def _specs(mod: Any, load: RankLoad, replicas: int) -> list[Any]:
+def _specs(
+    mod: Any, load: RankLoad, replicas: int, step_cache: CachedStepModel | None = None
+) -> list[Any]:
     spec = mod.ReplicaSpec(
-        step_model=load.step_model,
+        step_model=load.step_model if step_cache is None else step_cache,
         kv_capacity_tokens=load.kv_capacity_tokens,
         max_batch_size=load.max_batch_size,
         max_batched_tokens=load.max_batched_tokens,
@@ -118,11 +122,18 @@ def replay_open_loop(
     arrival: Arrival = Arrival.POISSON,
     gamma_cv: float = 1.0,
     horizon_s: float | None = None,
+    step_cache: CachedStepModel | None = None,
+    sat: Saturation | None = None,
 ) -> ServingEstimate:
-    """Replay ``rate_rps`` over ``replicas`` replicas for a horizon; per-replica estimate."""
+    """Replay ``rate_rps`` over ``replicas`` replicas for a horizon; per-replica estimate.
+
+    ``step_cache`` (over ``load``'s step model, with the engine's default resolution) lets
+    replays of one step model share their step-time cache; without it each engine builds its
+    own, with the same values.  ``sat`` is ``saturation(load)`` when the caller has it.
+    """
     n = replicas
     horizon = horizon_s if horizon_s is not None else _horizon(rate_rps, cfg)
-    analytic = estimate_open_loop(load, rate_rps / n, horizon)
+    analytic = estimate_open_loop(load, rate_rps / n, horizon, sat=sat)
     mod = _engine()
     if mod is None or rate_rps <= 0:
         return analytic
@@ -135,7 +146,7 @@ def replay_open_loop(
     )
     rng = np.random.default_rng(cfg.seed)
     warm = 0.2 * horizon
-    engine = mod.ReplayEngine(_specs(mod, load, n), routing)
+    engine = mod.ReplayEngine(_specs(mod, load, n, step_cache), routing)
     engine.submit(mod.sample_requests(workload, rng, 0.0, warm + horizon))
     engine.advance(warm)
     stats = engine.advance(warm + horizon)
@@ -154,10 +165,13 @@ def replay_closed_loop(
     cfg: SurrogateConfig,
     *,
     horizon_s: float | None = None,
+    step_cache: CachedStepModel | None = None,
+    sat: Saturation | None = None,
 ) -> ServingEstimate:
-    """Keep ``concurrency`` requests in flight over ``replicas`` replicas; per-replica estimate."""
+    """Keep ``concurrency`` requests in flight over ``replicas`` replicas; per-replica estimate
+    (``step_cache`` and ``sat`` as in :func:`replay_open_loop`)."""
     n = replicas
-    analytic = estimate_closed_loop(load, concurrency / n)
+    analytic = estimate_closed_loop(load, concurrency / n, sat=sat)
     mod = _engine()
     if mod is None or not hasattr(mod, "run_closed_loop"):
         return analytic
@@ -169,7 +183,8 @@ def replay_closed_loop(
     )
     rng = np.random.default_rng(cfg.seed)
     requests = mod.batch_requests(workload, rng, count)
-    stats = mod.run_closed_loop(_specs(mod, load, n), routing, requests, concurrency, horizon)
+    specs = _specs(mod, load, n, step_cache)
+    stats = mod.run_closed_loop(specs, routing, requests, concurrency, horizon)
     return _estimate(stats, analytic, n)
 
 

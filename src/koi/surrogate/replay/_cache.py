@@ -126,6 +126,12 @@ class CachedStepModel:
         """Cached entries (affine nodes or buckets)."""
         return len(self._nodes) + len(self._decode) + len(self._mixed)
 
+    @property
+    def footprint(self) -> int:
+        """Every memoised entry, interpolated nodes and grid brackets included (a cache shared
+        by many engines is bounded by this)."""
+        return len(self) + len(self._interp) + len(self._rows) + len(self._br)
+
     # -- affine mode ----------------------------------------------------------------------
 
     def _node(self, t: int, n: int) -> _Node:
