@@ -21,6 +21,13 @@ __all__ = ["OperatorModel", "model_parameters"]
 
 _TERA = 1e12
 _GIGA = 1e9
+#: Batch shapes whose shape-only terms one model keeps (see ``OperatorModel._shape_terms``):
+#: a few suffice, since the step cache asks for each shape three times in a row, and every
+#: model the surrogate keeps holds its own.
+_SHAPE_MEMO = 16
+#: (micro-batches, compute, memory, core, KV fill factor, LM-head compute, comm, overhead, any
+#: tokens) of one batch shape.
+_Shape = tuple[float, float, float, float, float, float | None, float, float, bool]
 
 
 @attrs.frozen
@@ -261,22 +268,20 @@ class OperatorModel:
         parts = self._parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
         return {name: StepTime(*x) for name, x in zip(_OPS, parts, strict=True)}
 
-    def step(
-        self,
-        *,
-        prefill_tokens: int,
-        prefill_pairs: float,
-        decode_seqs: int,
-        decode_context_tokens: int,
-    ) -> StepTime:
-        """Time of one iteration: the components of :meth:`breakdown`, summed.
+    @cached_property
+    def _shapes(self) -> dict[tuple[int, int], _Shape]:
+        # A memo of :meth:`_shape_terms` for the last few shapes (the replays' step cache
+        # probes each shape three times in a row).
+        return {}
 
-        The hot path of every replay: the same arithmetic as :meth:`breakdown` (a test checks
-        they agree), summed inline without the per-operation objects.
-        """
+    def _shape_terms(self, prefill_tokens: int, decode_seqs: int) -> _Shape:
+        """Everything of a step that depends on its batch shape only, in the order
+        :meth:`step` adds it up: micro-batches, GEMM and MoE compute, memory and their
+        bound, the KV read's fill factor, the LM head's compute (``None`` when nothing
+        samples), collectives and the fixed overhead."""
         m, p = self.model, self._params
-        (tp, pp, g_eff, g_half, peak, w_dense, w_expert, attn_k, kv_k, lm_mem, bf16,
-         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager, fill) = self._consts  # fmt: skip
+        (tp, pp, g_eff, g_half, peak, w_dense, w_expert, _, _, _, bf16,
+         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, _, fill) = self._consts  # fmt: skip
         tokens = prefill_tokens + decode_seqs
         emitting = decode_seqs + (1 if prefill_tokens else 0)
         mb = _micro_batches(pp, emitting)
@@ -294,26 +299,55 @@ class OperatorModel:
             compute += c_moe
             memory += m_moe
             core += max(c_moe, m_moe)
-        c_att = attn_k * (prefill_pairs + decode_context_tokens) / mb
-        kv_read = decode_context_tokens * _kv_fill(fill, decode_seqs / mb)
-        m_att = kv_k * (kv_read + prefill_tokens) / mb
-        compute += c_att
-        memory += m_att
-        core += max(c_att, m_att)
+        c_lm = None
         if emitting:
             c_lm = (
                 2.0 * emitting * p.lm_head / (tp * bf16 * (g_eff * emitting / (emitting + g_half)))
             )
+        comm = 2.0 * m.layers * (ar_lat + ar_byte * micro) if tp > 1 and tokens > 0 else 0.0
+        if pp > 1 and tokens > 0:
+            comm += (pp - 1) * (pp_lat + micro * pp_byte)
+        overhead = ov_base + ov_seq * emitting
+        fill_factor = _kv_fill(fill, decode_seqs / mb)
+        return mb, compute, memory, core, fill_factor, c_lm, comm, overhead, tokens > 0
+
+    def step(
+        self,
+        *,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepTime:
+        """Time of one iteration: the components of :meth:`breakdown`, summed.
+
+        The hot path of every replay: the same arithmetic as :meth:`breakdown` (a test checks
+        they agree), summed inline without the per-operation objects; what depends on the
+        batch shape alone is memoized per shape.
+        """
+        shapes = self._shapes
+        key = (prefill_tokens, decode_seqs)
+        shape = shapes.get(key)
+        if shape is None:
+            if len(shapes) >= _SHAPE_MEMO:
+                shapes.clear()  # a memo, not state: start over rather than grow
+            shape = shapes[key] = self._shape_terms(prefill_tokens, decode_seqs)
+        mb, compute, memory, core, fill_factor, c_lm, comm, overhead, busy = shape
+        (_, pp, _, _, _, _, _, attn_k, kv_k, lm_mem, _, _, _, _, _, _, _, eager, _) = self._consts
+        c_att = attn_k * (prefill_pairs + decode_context_tokens) / mb
+        kv_read = decode_context_tokens * fill_factor
+        m_att = kv_k * (kv_read + prefill_tokens) / mb
+        compute += c_att
+        memory += m_att
+        core += max(c_att, m_att)
+        if c_lm is not None:
             compute += c_lm
             memory += lm_mem
             core += max(c_lm, lm_mem)
-        comm = 2.0 * m.layers * (ar_lat + ar_byte * micro) if tp > 1 and tokens > 0 else 0.0
         bubble = 0.0
-        if pp > 1 and tokens > 0:
-            comm += (pp - 1) * (pp_lat + micro * pp_byte)
+        if pp > 1 and busy:
             bubble = self.cfg.pp_imbalance * (pp - 1) / pp * core
-        overhead = ov_base + ov_seq * emitting
-        if eager > 0.0 and tokens > 0:
+        if eager > 0.0 and busy:
             overhead += _launch_cost(eager, core + comm)
         return StepTime(compute, memory, comm, bubble, overhead)
 
