@@ -182,13 +182,8 @@ def _mix(load: RankLoad, rate: float, seqs: float, ctx: float, inp: float) -> _M
     return _mix_of(load, rate, _steps(load, seqs, ctx, inp), seqs, ctx, inp)
 
 
-@attrs.frozen
-class Saturation:
-    """One replica at saturation: its batch, output tokens per second and iteration mix."""
-
-    batch: float
-    tok_s: float
-    mix: _Mix
+#: One replica at saturation: its batch, output tokens per second and iteration mix.
+Saturation = tuple[float, float, _Mix]
 
 
 def saturation(load: RankLoad) -> Saturation:
@@ -201,12 +196,12 @@ def saturation(load: RankLoad) -> Saturation:
     mix = _mix_of(load, 0.0, st, b, ctx, inp)
     for _ in range(8):  # requests finish at b / (O·s) per second and each brings I prompt tokens
         mix = _mix_of(load, b / (out * mix.mean.time_s), st, b, ctx, inp)
-    return Saturation(b, b / mix.mean.time_s, mix)
+    return b, b / mix.mean.time_s, mix
 
 
 def capacity_tok_s(load: RankLoad) -> float:
     """Saturation output tokens per second of one replica (KV- or batch-limited)."""
-    return saturation(load).tok_s
+    return saturation(load)[1]
 
 
 def _ttft(mix: _Mix, q_wait: float) -> tuple[float, float]:
@@ -224,8 +219,7 @@ def estimate_open_loop(
     ``sat`` is ``saturation(load)`` when the caller has it."""
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
-    s = sat if sat is not None else saturation(load)
-    b_max, cap, sat_mix = s.batch, s.tok_s, s.mix
+    b_max, cap, sat_mix = sat if sat is not None else saturation(load)
     offered = rate_rps * out
     rho = offered / cap
     if rho >= 1.0:
@@ -289,12 +283,9 @@ def estimate_open_loop(
 def estimate_closed_loop(
     load: RankLoad, concurrency: float, *, sat: Saturation | None = None
 ) -> ServingEstimate:
-    """Steady state of one replica that always has ``concurrency`` requests in flight
-    (``sat`` as in :func:`estimate_open_loop`).
-
-    With chunk admission (vLLM) more clients than the KV cache holds make the engine thrash:
-    see :func:`_thrash`.
-    """
+    """Steady state of one replica that always has ``concurrency`` requests in flight (``sat``
+    as in :func:`estimate_open_loop`).  With chunk admission (vLLM) more clients than the KV
+    cache holds make the engine thrash: see :func:`_thrash`."""
     est = _estimate_closed_loop(load, concurrency, sat if sat is not None else saturation(load))
     waste = _thrash(load, concurrency)
     if waste <= 0.0:
@@ -336,7 +327,7 @@ def _thrash(load: RankLoad, concurrency: float) -> float:
 def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -> ServingEstimate:
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
-    b_max, cap = sat.batch, sat.tok_s
+    b_max, cap, _ = sat
     n_run = min(concurrency, b_max)
     if load.input_len.cv == 0 and load.output_len.cv == 0:
         return _closed_loop_waves(load, concurrency, n_run, cap)

@@ -506,7 +506,7 @@ class Surrogate:
         caps = []
         for r in loads:
             sat_load, sat_key = self._with_hit(r, self._saturated_hit(job, r))
-            caps.append(self._saturation(sat_key, sat_load).tok_s * r.rank.replicas)
+            caps.append(self._saturation(sat_key, sat_load)[1] * r.rank.replicas)
         total = sum(caps)
         out: list[RankPrediction] = []
         for r, cap in zip(loads, caps, strict=True):
