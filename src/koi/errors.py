@@ -7,6 +7,9 @@ solver that failed).  No pluggy or highspy exception escapes the library.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 __all__ = [
     "CycleError",
     "DeadlineError",
@@ -18,6 +21,7 @@ __all__ = [
     "SolverError",
     "SolverLimitError",
     "StateError",
+    "read_text",
 ]
 
 
@@ -63,3 +67,16 @@ class StateError(KoiError, RuntimeError):
 
 class KoiWarning(UserWarning):
     """Something was ignored or degraded, and the caller should know."""
+
+
+def read_text(path: str | os.PathLike[str], *, what: str = "") -> str:
+    """The UTF-8 text of the file at ``path``, or :class:`InvalidInput` naming the file (and
+    ``what`` it was meant to be) when it cannot be read or is not UTF-8."""
+    label = f"cannot read {what}".rstrip()
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(f"{os.fspath(path)}: {label} ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        msg = f"{os.fspath(path)}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        raise InvalidInput(msg) from None

@@ -15,7 +15,7 @@ from typing import Any
 import attrs
 
 from koi.config import KoiConfig, with_knobs
-from koi.errors import InvalidInput, KoiError
+from koi.errors import InvalidInput, KoiError, read_text
 from koi.plugins import PROJECT
 
 __all__ = ["AgentConfig", "PluginSpec", "load_config", "load_plugin", "parse_config"]
@@ -192,13 +192,7 @@ def load_config(path: str | Path) -> AgentConfig:
         the file and the key.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInput(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except UnicodeDecodeError as exc:
-        msg = f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        raise InvalidInput(msg) from None
+    text = read_text(path)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -30,7 +30,7 @@ import attrs
 
 from koi.bench._executor import ExecutorSpec
 from koi.bench._runner import METRICS, RunTask, aggregate, check_planners, execute, run_tasks
-from koi.errors import InvalidInput
+from koi.errors import InvalidInput, read_text
 
 __all__ = ["Sweep", "SweepResult", "load_sweep", "parse_sweep", "run_sweep", "sweep_line"]
 
@@ -172,12 +172,7 @@ def load_sweep(path: str | Path) -> Sweep:
     p = Path(path)
     if not p.is_file():
         raise InvalidInput(f"sweep: no file {str(p)!r}")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        msg = f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        raise InvalidInput(msg) from None
-    return parse_sweep(text, source=str(p))
+    return parse_sweep(read_text(p), source=str(p))
 
 
 @attrs.frozen

@@ -6,13 +6,12 @@ import os
 import tomllib
 import types
 import typing
-from pathlib import Path
 from typing import Any, TypeVar
 
 import attrs
 
 from koi.catalog._instance import InstanceType
-from koi.errors import InvalidInput
+from koi.errors import InvalidInput, read_text
 from koi.types import GpuSpec, ModelSpec, from_data
 
 __all__ = ["CatalogEntries", "parse_catalog_text", "read_catalog_file"]
@@ -111,10 +110,5 @@ def parse_catalog_text(text: str, *, where: str) -> CatalogEntries:
 def read_catalog_file(path: str | os.PathLike[str]) -> CatalogEntries:
     """Read and parse a user catalog file (same format as the built-in data files)."""
     where = os.fspath(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInput(f"{where}: cannot read catalog file ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{where}: not UTF-8 text") from None
+    text = read_text(path, what="catalog file")
     return parse_catalog_text(text, where=where)

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from koi.errors import InvalidInput, StateError
+from koi.errors import StateError, read_text
 from koi.types import ClusterSnapshot, Job, Ladder, Quant, from_json, to_data
 
 __all__ = ["register"]
@@ -67,13 +67,7 @@ def _routing(planner: Any, job: Any, ladder: Ladder, now_s: float) -> dict[str, 
 def _run(args: argparse.Namespace) -> int:
     from koi.planner import Planner
 
-    try:
-        text = args.snapshot.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInput(f"{args.snapshot}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        msg = f"{args.snapshot}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        raise InvalidInput(msg) from None
+    text = read_text(args.snapshot)
     snapshot = from_json(text, ClusterSnapshot, where=str(args.snapshot))
     planner = Planner(state_path=args.state)
     result = planner.tick(snapshot)

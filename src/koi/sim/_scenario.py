@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 
-from koi.errors import InvalidInput, KoiError
+from koi.errors import InvalidInput, KoiError, read_text
 from koi.types import (
     DEFAULT_PRECISIONS,
     AdmissionPolicy,
@@ -515,9 +515,4 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
         known = ", ".join(scenario_names())
         msg = f"scenario: no built-in scenario or file {str(path)!r} (built-in: {known})"
         raise InvalidInput(msg)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        msg = f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
-        raise InvalidInput(msg) from None
-    return parse_scenario(text, source=str(path))
+    return parse_scenario(read_text(path), source=str(path))
