@@ -8,7 +8,26 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["register"]
+__all__ = ["add_executor_arguments", "register"]
+
+
+def add_executor_arguments(p: argparse.ArgumentParser) -> None:
+    """``--jobs`` and ``--executor``, shared by ``koi bench`` and ``koi sweep``."""
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes, or a LocalCluster's workers (default: CPUs)",
+    )
+    p.add_argument(
+        "--executor",
+        default="process",
+        metavar="process|dask[=ADDRESS]",
+        help=(
+            "where runs execute: a local process pool (default), a Dask LocalCluster "
+            "('dask'), or a running Dask scheduler ('dask=tcp://HOST:PORT'); needs koi[dask]"
+        ),
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -38,21 +57,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     p.add_argument("--out", default="bench-out", help="output directory (default bench-out/)")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help="worker processes, or a LocalCluster's workers (default: CPUs)",
-    )
-    p.add_argument(
-        "--executor",
-        default="process",
-        metavar="process|dask[=ADDRESS]",
-        help=(
-            "where runs execute: a local process pool (default), a Dask LocalCluster "
-            "('dask'), or a running Dask scheduler ('dask=tcp://HOST:PORT'); needs koi[dask]"
-        ),
-    )
+    add_executor_arguments(p)
     p.add_argument("--json", action="store_true", help="print results.json to stdout")
     p.add_argument("--verbose", action="store_true", help="one progress line per tick per run")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots")

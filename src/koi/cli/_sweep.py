@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from koi.cli._bench import add_executor_arguments
+
 __all__ = ["register"]
 
 
@@ -26,18 +28,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("sweep", help="the sweep TOML file")
     p.add_argument("--out", default="sweep-out", help="output directory (default sweep-out/)")
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        help="worker processes, or a LocalCluster's workers (default: CPUs)",
-    )
-    p.add_argument(
-        "--executor",
-        default="process",
-        metavar="process|dask[=ADDRESS]",
-        help="a local process pool (default), a Dask LocalCluster, or a running scheduler",
-    )
+    add_executor_arguments(p)
     p.add_argument(
         "--jsonl", action="store_true", help="print the JSON lines to stdout instead of tables"
     )
