@@ -6,20 +6,21 @@ At concurrency 1 a closed loop decodes one sequence at a time, so the measured i
 latency is one decode step of one sequence at context ``ISL + OSL/2`` (on average): the cleanest
 measurement of the step's terms that do not grow with the batch.  The fit-split rows at
 concurrency 1 on NVIDIA GPUs (TensorRT-LLM: the DLI A100 rows, Llama-3-8B TP1/2 and -70B TP4/8
-at ISL 200-7000, and the NIM H100 row) pin down, by grid search minimising the squared log error:
+at ISL 200-7000; the DLI H100 rows, Llama-3-70B TP4/8 in FP16 and FP8; the NIM H100 row) pin
+down, by grid search minimising the squared log error:
 
-* the A100's ``decode_attention_units``: (sequence, KV head) pairs decode attention needs to
-  stream the KV cache at full efficiency; the A100 rows' TPOT grows with the context ~3x faster
-  than the KV bytes at HBM speed allow, by the same ~13 ns per layer per context token at 8, 4,
-  2 and 1 KV heads per GPU;
-* the A100's ``allreduce_sync_us`` (TP 2 and TP 8 rows are slower than TP 1 and TP 4 predict:
-  a fixed cost per all-reduce that grows with the TP degree);
-* TensorRT-LLM's fixed cost per iteration (``base_ms``, host-side: every GPU);
-* the A100 override's HBM efficiency (the TP 1 rows' weight streaming).
+* per GPU generation (the A100 override; the Hopper override, H100-SXM and H200, fitted on the
+  H100 rows) ``decode_attention_units``: (sequence, KV head) pairs decode attention needs to
+  stream the KV cache at full efficiency; the rows' TPOT grows with the context ~3x faster than
+  the KV bytes at HBM speed allow, by the same amount per layer per context token at 8, 4, 2
+  and 1 KV heads per GPU;
+* per generation ``allreduce_sync_us`` (a fixed cost per all-reduce that grows with the TP
+  degree) and the HBM efficiency ``memory`` (weight streaming);
+* TensorRT-LLM's fixed cost per iteration (``base_ms``, host-side: every GPU).
 
-The hardware terms are fitted on A100 rows and stay A100 overrides (as the A100 efficiencies
-do); other GPUs keep their priors until the fit split has rows that measure them.
-Held-out rows are never read.  The chosen point is then checked over the whole fit split with
+Block coordinate descent from the current constants: each GPU generation's three terms on its
+own rows, then TensorRT-LLM's base cost on all rows, repeated until nothing moves.  Held-out
+rows are never read.  The chosen point is then checked over the whole fit split with
 ``benchmarks/accuracy.py --split fit``.
 """
 
@@ -42,23 +43,28 @@ from tests._support.specs import gpus, models
 from koi.surrogate import OperatorModel, SurrogateConfig
 from koi.types import Config
 
-UNITS = [0.0, 8.0, 16.0, 24.0, 32.0, 40.0, 48.0, 64.0]
-A100_SYNC_US = [0.0, 4.0, 8.0, 12.0, 16.0, 24.0]
+UNITS = [0.0, 8.0, 16.0, 24.0, 32.0, 40.0, 48.0, 56.0, 64.0, 80.0]
+SYNC_US = [0.0, 4.0, 8.0, 12.0, 16.0, 24.0]
+MEMORY = [0.55, 0.6, 0.65, 0.7, 0.75, 0.82, 0.9]
 TRTLLM_BASE_MS = [0.6, 1.0, 1.5, 2.0, 2.5, 3.0]
-A100_MEMORY = [0.55, 0.6, 0.65, 0.7, 0.75, 0.82, 0.9]
+# The GPU whose rows fit each override, and the overrides that share its terms.
+GENERATIONS = {"A100-80GB": ("A100-80GB",), "H100-SXM": ("H100-SXM", "H200")}
+
+Point = tuple[float, float, float]
 
 
-def configured(
-    base: SurrogateConfig, units: float, sync_us: float, trt_ms: float, a100_mem: float
-) -> SurrogateConfig:
-    """``base`` with the A100 override's three terms and TensorRT-LLM's base cost replaced."""
-    a100 = attrs.evolve(
-        dict(base.gpu_efficiency)["A100-80GB"],
-        decode_attention_units=units,
-        allreduce_sync_us=sync_us,
-        memory=a100_mem,
-    )
-    gpu_eff = dict(base.gpu_efficiency) | {"A100-80GB": a100}
+def configured(base: SurrogateConfig, terms: dict[str, Point], trt_ms: float) -> SurrogateConfig:
+    """``base`` with each generation's (units, sync, memory) and TensorRT-LLM's base cost."""
+    gpu_eff = dict(base.gpu_efficiency)
+    for gpu, (units, sync_us, memory) in terms.items():
+        eff = attrs.evolve(
+            base.efficiency_for(gpu, "nvidia"),
+            decode_attention_units=units,
+            allreduce_sync_us=sync_us,
+            memory=memory,
+        )
+        for name in GENERATIONS[gpu]:
+            gpu_eff[name] = eff
     eng = dict(base.engines)
     eng["trtllm"] = attrs.evolve(eng["trtllm"], base_ms=trt_ms)
     return attrs.evolve(base, gpu_efficiency=gpu_eff, engines=eng)
@@ -74,6 +80,11 @@ def decode_tpot_ms(row: dict[str, str], cfg: SurrogateConfig) -> float:
     return step.time_s * 1e3
 
 
+def score(data: list[dict[str, str]], cfg: SurrogateConfig) -> tuple[float, float]:
+    logs = [math.log(decode_tpot_ms(r, cfg) / float(r["tpot_ms"])) for r in data]
+    return sum(x * x for x in logs), statistics.median(abs(math.exp(x) - 1.0) * 100.0 for x in logs)
+
+
 def main() -> None:
     base = SurrogateConfig()
     data = [
@@ -81,21 +92,31 @@ def main() -> None:
         for r in rows("fit")
         if r["concurrency"] == "1" and r["tpot_ms"] and gpus()[r["gpu"]].vendor.lower() == "nvidia"
     ]
-
-    def score(cfg: SurrogateConfig) -> tuple[float, float]:
-        logs = [math.log(decode_tpot_ms(r, cfg) / float(r["tpot_ms"])) for r in data]
-        ape = [abs(math.exp(x) - 1.0) * 100.0 for x in logs]
-        return sum(x * x for x in logs), statistics.median(ape)
-
-    grid = list(itertools.product(UNITS, A100_SYNC_US, TRTLLM_BASE_MS, A100_MEMORY))
-    scored = {p: score(configured(base, *p)) for p in grid}
-    best = min(grid, key=lambda p: scored[p][0])
-    cfg = configured(base, *best)
+    by_gpu = {g: [r for r in data if r["gpu"] == g] for g in GENERATIONS}
+    eff = {g: base.efficiency_for(g, "nvidia") for g in GENERATIONS}
+    terms: dict[str, Point] = {
+        g: (eff[g].decode_attention_units, eff[g].allreduce_sync_us, eff[g].memory)
+        for g in GENERATIONS
+    }
+    trt_ms = dict(base.engines)["trtllm"].base_ms
+    for _ in range(5):
+        before = (dict(terms), trt_ms)
+        for gpu in GENERATIONS:
+            grid = list(itertools.product(UNITS, SYNC_US, MEMORY))
+            terms[gpu] = min(
+                grid,
+                key=lambda p, g=gpu: score(by_gpu[g], configured(base, terms | {g: p}, trt_ms))[0],
+            )
+        trt_ms = min(TRTLLM_BASE_MS, key=lambda t: score(data, configured(base, terms, t))[0])
+        if (terms, trt_ms) == before:
+            break
+    cfg = configured(base, terms, trt_ms)
     per_row = [
         {
             "gpu": r["gpu"],
             "model": r["model"],
             "tp": int(r["tp"]),
+            "quant": r["quant"],
             "isl": int(r["isl"]),
             "osl": int(r["osl"]),
             "measured_ms": float(r["tpot_ms"]),
@@ -105,14 +126,13 @@ def main() -> None:
         for r in data
     ]
     out = {
-        "rows": len(data),
-        "a100_decode_attention_units": best[0],
-        "a100_allreduce_sync_us": best[1],
-        "trtllm_base_ms": best[2],
-        "a100_memory": best[3],
-        "sq_log_error": round(scored[best][0], 4),
-        "median_ape": round(scored[best][1], 1),
-        "median_ape_at_defaults": round(score(base)[1], 1),
+        "rows": {g: len(v) for g, v in by_gpu.items()} | {"all": len(data)},
+        "decode_attention_units / allreduce_sync_us / memory": terms,
+        "trtllm_base_ms": trt_ms,
+        "sq_log_error": round(score(data, cfg)[0], 4),
+        "median_ape": {g: round(score(v, cfg)[1], 1) for g, v in by_gpu.items()}
+        | {"all": round(score(data, cfg)[1], 1)},
+        "median_ape_at_current_constants": round(score(data, base)[1], 1),
         "per_row": per_row,
     }
     print(json.dumps(out, indent=1))
