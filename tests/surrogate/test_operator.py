@@ -43,8 +43,7 @@ def test_tp_helps_more_on_nvlink_than_on_pcie_without_p2p() -> None:
 
     assert gpus()["L40S"].link == "pcie_no_p2p"
     assert speedup("H100-SXM") > 1.3
-    # 1.54 vs 1.37: the H100's fitted all-reduce sync cost (4 µs per doubling) narrows the gap.
-    assert speedup("H100-SXM") > speedup("L40S") * 1.1
+    assert speedup("H100-SXM") > speedup("L40S") * 1.2
     pcie = OperatorModel(gpus()["L40S"], model, Config(tp=4)).breakdown(
         prefill_tokens=0, prefill_pairs=0, decode_seqs=64, decode_context_tokens=64000
     )
@@ -217,21 +216,3 @@ def test_allreduce_sync_cost_grows_with_the_tp_degree() -> None:
     for tp, doublings in ((2, 1), (4, 2), (8, 3)):
         assert extra[tp] == pytest.approx(2 * model.layers * 12e-6 * doublings)
     assert allreduce(1, 12.0) == 0.0
-
-
-def test_hopper_single_sequence_decode_grows_with_context_as_measured() -> None:
-    """The Hopper override (fitted on the fit split's H100 concurrency-1 rows) carries the
-    small-batch KV limit: one Llama-3-70B sequence at TP 8 decodes ~4.9 ms slower at 7,500
-    tokens of context than at 300 (DLI nim.csv, H100 BF16, ISL 200 -> 7000).  The H200 (same
-    GH100 die) shares the override; a GPU without one (B200) keeps the priors (no limit)."""
-    cfg = SurrogateConfig()
-    model = models()["Llama-3.1-70B"]
-
-    def growth(gpu: str) -> float:
-        m = OperatorModel(gpus()[gpu], model, Config(engine="trtllm", tp=8), cfg=cfg)
-        return _decode(m, 1, 7500) - _decode(m, 1, 300)
-
-    assert 4.0e-3 < growth("H100-SXM") < 6.0e-3
-    assert cfg.efficiency_for("H200", "nvidia") == cfg.efficiency_for("H100-SXM", "nvidia")
-    assert growth("H200") > 2.5e-3  # faster HBM, the same limit
-    assert growth("B200") < 0.5e-3

@@ -151,20 +151,7 @@ _VENDORS = {
 # Per-GPU overrides.  A100-80GB: gemm grid-fitted on the fit split's A100 rows (NIM TRT-LLM,
 # Llama-3-8B/70B); memory, the small-batch KV limit and the all-reduce sync cost fitted on its
 # concurrency-1 rows (benchmarks/fit_decode.py); the rest are the NVIDIA priors
-# (docs/surrogate.md, "Constants").  Hopper (H100-SXM, and the H200: the same GH100 die, 132
-# SMs and NVLink 4, with more and faster HBM, which the catalog carries): the small-batch KV
-# limit and the all-reduce sync cost fitted on the fit split's H100 concurrency-1 rows (NVIDIA
-# DLI nim.csv, NIM TRT-LLM, Llama-3-70B TP 4/8; benchmarks/fit_decode.py), gemm and attention
-# on all its H100 rows (benchmarks/fit_compute.py).  Other GPUs keep the priors until fit-split
-# rows measure them.
-_HOPPER = Efficiency(
-    gemm=0.45,
-    gemm_half_tokens=48.0,
-    attention=0.3,
-    memory=0.82,
-    decode_attention_units=48.0,
-    allreduce_sync_us=4.0,
-)
+# (docs/surrogate.md, "Constants").  Other GPUs keep the priors until fit-split rows measure them.
 _GPUS = {
     "A100-80GB": Efficiency(
         gemm=0.45,
@@ -174,20 +161,15 @@ _GPUS = {
         decode_attention_units=40.0,
         allreduce_sync_us=12.0,
     ),
-    "H100-SXM": _HOPPER,
-    "H200": _HOPPER,
 }
-# trtllm base_ms: fitted on the fit split's concurrency-1 rows (benchmarks/fit_decode.py), its
-# per-request floor on the fit split's TTFTs (benchmarks/fit_floor.py); the other engine costs
-# are engineering estimates (no fit-split rows for them on NVIDIA GPUs).
+# trtllm base_ms: fitted on the fit split's concurrency-1 rows (benchmarks/fit_decode.py); the
+# other engine costs are engineering estimates (no fit-split rows for them on NVIDIA GPUs).
 _ENGINES = {
     "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012, chunk_admission=True),
     "sglang": EngineProfile(
         base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False, kv_memory_rule="static_fraction"
     ),
-    "trtllm": EngineProfile(
-        base_ms=2.5, per_seq_ms=0.006, kv_memory_rule="free_fraction", request_floor_ms=5.0
-    ),
+    "trtllm": EngineProfile(base_ms=2.5, per_seq_ms=0.006, kv_memory_rule="free_fraction"),
 }
 # Collectives per interconnect kind.  pcie (peer-to-peer) and pcie_no_p2p: least-squares fit on
 # aiconfigurator-core's measured NCCL all-reduce tables (benchmarks/fit_collectives.py,
