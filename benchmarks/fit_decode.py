@@ -103,10 +103,11 @@ def main() -> None:
         before = (dict(terms), trt_ms)
         for gpu in GENERATIONS:
             grid = list(itertools.product(UNITS, SYNC_US, MEMORY))
-            terms[gpu] = min(
-                grid,
-                key=lambda p, g=gpu: score(by_gpu[g], configured(base, terms | {g: p}, trt_ms))[0],
-            )
+
+            def gpu_error(p: Point, g: str = gpu, t: float = trt_ms) -> float:
+                return score(by_gpu[g], configured(base, terms | {g: p}, t))[0]
+
+            terms[gpu] = min(grid, key=gpu_error)
         trt_ms = min(TRTLLM_BASE_MS, key=lambda t: score(data, configured(base, terms, t))[0])
         if (terms, trt_ms) == before:
             break
