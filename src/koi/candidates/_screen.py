@@ -160,10 +160,9 @@ class Screener:
         key = (job.model, job.job_class, job.workload, job.target, chain, correction)
         if key in self._capacities:
             return self._capacities[key]
-        pred = self.surrogate.screen(job, Ladder((Rank(chain, 1),)), corrections=corrections)
-        capacity = None
-        if pred.feasible and pred.ranks and pred.ranks[0].capacity_tok_s > 0:
-            capacity = pred.ranks[0].capacity_tok_s
+        capacity = self.surrogate.capacity(job, chain, corrections=corrections)
+        if capacity is not None and capacity <= 0:
+            capacity = None
         if len(self._capacities) >= self.cfg.memo_size:
             self._capacities.pop(next(iter(self._capacities)))
         self._capacities[key] = capacity
@@ -216,11 +215,9 @@ class Screener:
             chain = Chain(job.model, env, config)
             if not self.surrogate.feasibility(chain).ok:
                 continue
-            pred = self.surrogate.screen(job, Ladder((Rank(chain, 1),)))
-            if not pred.feasible or not pred.ranks:
-                continue
-            cap = pred.ranks[0].capacity_tok_s
-            if cap <= 0:
+            # Only the capacity is read: the surrogate's, without latencies at a rate.
+            cap = self.surrogate.capacity(job, chain)
+            if cap is None or cap <= 0:
                 continue
             opt = Option(env, config, cap)
             smallest_fit.setdefault(fit, opt)

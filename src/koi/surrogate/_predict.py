@@ -198,6 +198,7 @@ class _RankLoad:
     corr: RankCorrection
     key: tuple[Any, ...]
     step_key: tuple[Any, ...]
+    substituted: str | None = None
 
 
 class Surrogate:
@@ -228,6 +229,7 @@ class Surrogate:
         self._steps: dict[Any, tuple[StepTimeModel, str | None]] = {}
         self._step_caches: OrderedDict[Any, CachedStepModel] = OrderedDict()
         self._feasible: dict[tuple[Chain, int | None, int | None], Feasibility] = {}
+        self._longest: dict[tuple[LengthDist, LengthDist], int] = {}
         self.hits = 0
         self.misses = 0
 
@@ -343,6 +345,33 @@ class Surrogate:
             self._cache.popitem(last=False)
         return pred
 
+    def capacity(
+        self,
+        job: Job,
+        chain: Chain,
+        *,
+        corrections: Callable[[Chain], RankCorrection] | None = None,
+    ) -> float | None:
+        """One replica's capacity (output tokens/s) of ``chain`` for ``job``: exactly the
+        ``capacity_tok_s`` of :meth:`screen` on a one-replica ladder, ``None`` where that
+        screen is infeasible.
+
+        An online rank's capacity is its saturation, which does not depend on the offered
+        rate: it is computed without estimating the latencies at that rate (most of a
+        screen's cost).  Batch jobs take the screen (closed loop, memoized per rank).
+        """
+        ladder = Ladder((Rank(chain, 1),))
+        if not job.is_online:
+            pred = self.screen(job, ladder, corrections=corrections)
+            return pred.ranks[0].capacity_tok_s if pred.feasible and pred.ranks else None
+        corr = (corrections(chain) if corrections else RankCorrection(),)
+        loads = self._loads(job, ladder, corr)
+        if isinstance(loads, Prediction):
+            return None
+        (r,) = loads  # the capacity _online gives this one-rank ladder
+        sat_load, sat_key = self._with_hit(r, self._saturated_hit(job, r))
+        return self._saturation(sat_key, sat_load)[1] * r.rank.replicas
+
     def _predict(
         self,
         job: Job,
@@ -352,14 +381,29 @@ class Surrogate:
         *,
         replay: bool,
     ) -> Prediction:
+        loads = self._loads(job, ladder, corr)
+        if isinstance(loads, Prediction):
+            return loads
+        substituted: str | None = None
+        for r in loads:
+            substituted = substituted or r.substituted
+        if job.is_online:
+            ranks = self._online(job, loads, replay=replay)
+        else:
+            ranks = self._batch(job, loads, replay=replay)
+        return self._combine(job, ranks, now_s, substituted)
+
+    def _loads(
+        self, job: Job, ladder: Ladder, corr: tuple[RankCorrection, ...]
+    ) -> list[_RankLoad] | Prediction:
+        """Each rank's load and memo keys, or the infeasible prediction (C2) of the ladder."""
         cfg = self.cfg
         if ladder.is_empty:
             return _infeasible("empty ladder", cfg.min_slo_margin)
         w = job.workload
         seq = max(int(w.input_len.mean + w.output_len.mean), 1)
-        longest = longest_request(w.input_len, w.output_len)
+        longest = self._longest_request(w.input_len, w.output_len)
         loads: list[_RankLoad] = []
-        substituted: str | None = None
         for rank, c in zip(ladder.ranks, corr, strict=True):
             if rank.chain.model != job.model:
                 msg = f"ladder: rank runs {rank.chain.model!r}, job {job.id!r} needs {job.model!r}"
@@ -371,7 +415,6 @@ class Surrogate:
                 )
             gpu, model = self._specs(rank.chain)
             base, sub = self._step_model_cached(gpu, model, rank.chain.config)
-            substituted = substituted or sub
             step: StepTimeModel = base
             if c.prefill_time != 1.0 or c.decode_time != 1.0:
                 step = ScaledStepModel(base, prefill=c.prefill_time, decode=c.decode_time)
@@ -400,12 +443,19 @@ class Surrogate:
                 c.decode_time,
             )
             step_key = (gpu.name, model.name, cf, c.prefill_time, c.decode_time)
-            loads.append(_RankLoad(rank, load, feas, c, key, step_key))
-        if job.is_online:
-            ranks = self._online(job, loads, replay=replay)
-        else:
-            ranks = self._batch(job, loads, replay=replay)
-        return self._combine(job, ranks, now_s, substituted)
+            loads.append(_RankLoad(rank, load, feas, c, key, step_key, sub))
+        return loads
+
+    def _longest_request(self, input_len: LengthDist, output_len: LengthDist) -> int:
+        """:func:`longest_request`, memoized (its 99.9th percentiles are bisections, and every
+        prediction asks for its workload's)."""
+        key = (input_len, output_len)
+        hit = self._longest.get(key)
+        if hit is None:
+            if len(self._longest) >= self.cfg.cache_size:
+                self._longest.clear()  # a memo, not state: start over rather than grow
+            hit = self._longest[key] = longest_request(input_len, output_len)
+        return hit
 
     def _step_model_cached(
         self, gpu: GpuSpec, model: ModelSpec, config: Config
