@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
+import pytest
 from tests._support.specs import gpus, models
 
 from koi.surrogate import RankCorrection, Surrogate, SurrogateConfig
@@ -95,3 +96,31 @@ def test_predictions_after_others_equal_a_fresh_surrogates() -> None:
     slow = shared.predict(*asks[1][:2], now_s=60.0, corrections=_slow)
     assert slow.outcomes.p99_tpot_ms > plain.outcomes.p99_tpot_ms
     assert attrs.evolve(plain, ranks=()) != attrs.evolve(slow, ranks=())
+
+
+def test_replays_under_moving_corrections_equal_a_fresh_surrogates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A correction that moves every tick (feedback-milp's smoothed factors): each replay's
+    # corrected step model scales the uncorrected step times the earlier replays memoized.
+    # The reference probes the corrected step model itself, without that memo.
+    cfg = SurrogateConfig(replay_min_requests=60, replay_max_requests=120)
+    factors = [(1.0, 1.3), (1.0, 1.31), (0.8, 1.31), (1.2, 0.9), (1.0, 1.3)]
+    shared = Surrogate(gpus(), models(), cfg)
+    seen = set()
+    for job in (_online(6.0), _online(6.0, prompt=3000), _batch()):
+        for prefill, decode in factors:
+
+            def corr(_c: Chain, p: float = prefill, d: float = decode) -> RankCorrection:
+                return RankCorrection(prefill_time=p, decode_time=d)
+
+            got = shared.predict(job, _ladder(2), now_s=60.0, corrections=corr)
+            with monkeypatch.context() as m:
+                m.setattr(Surrogate, "_probed", lambda _self, r: r.load.step_model)
+                fresh = Surrogate(gpus(), models(), cfg).predict(
+                    job, _ladder(2), now_s=60.0, corrections=corr
+                )
+            assert got.feasible
+            assert got == fresh, (job.workload, prefill, decode)
+            seen.add(got.outcomes.p99_tpot_ms)
+    assert len(seen) >= 10  # the factors did move the predictions

@@ -11,7 +11,7 @@ from koi.surrogate.replay._step import StepTime, StepTimeModel
 from koi.types import Mediator, Outcome
 from koi.types.validators import positive
 
-__all__ = ["RankCorrection", "ScaledStepModel"]
+__all__ = ["MemoStepModel", "RankCorrection", "ScaledStepModel"]
 
 
 def _frozen_map(value: Any) -> tuple[tuple[Any, float], ...]:
@@ -100,3 +100,39 @@ class ScaledStepModel:
         if f == 1.0:
             return full
         return full.scaled(compute=f, memory=f, comm=f, bubble=f, overhead=f)
+
+
+class MemoStepModel:
+    """``model`` with its step times memoized by their four arguments, up to ``limit`` of them
+    (then it starts over: a memo, not state).
+
+    The replays of one step model under different corrections probe the same grid of batch
+    shapes; a :class:`ScaledStepModel` over this memo scales the uncorrected step times the
+    earlier replays already computed instead of computing them again (the same values).
+    """
+
+    def __init__(self, model: StepTimeModel, limit: int) -> None:
+        self.model = model
+        self._limit = limit
+        self._memo: dict[tuple[int, float, int, int], StepTime] = {}
+
+    def step(
+        self,
+        *,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepTime:
+        key = (prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
+        hit = self._memo.get(key)
+        if hit is None:
+            if len(self._memo) >= self._limit:
+                self._memo.clear()
+            hit = self._memo[key] = self.model.step(
+                prefill_tokens=prefill_tokens,
+                prefill_pairs=prefill_pairs,
+                decode_seqs=decode_seqs,
+                decode_context_tokens=decode_context_tokens,
+            )
+        return hit

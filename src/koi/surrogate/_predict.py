@@ -26,7 +26,7 @@ from koi.surrogate._analytic import (
     saturation,
 )
 from koi.surrogate._config import SurrogateConfig
-from koi.surrogate._correct import RankCorrection, ScaledStepModel
+from koi.surrogate._correct import MemoStepModel, RankCorrection, ScaledStepModel
 from koi.surrogate._memory import Feasibility, feasibility, iteration_tokens, node_gpu
 from koi.surrogate._prefix import NO_HIT, PrefixHit, cached_load, prefix_hit
 from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
@@ -55,6 +55,10 @@ __all__ = ["Prediction", "RankPrediction", "Surrogate"]
 #: entries one may hold before it starts over (a memo, not state: its values never change).
 _STEP_CACHES = 512
 _STEP_CACHE_ENTRIES = 50_000
+#: Uncorrected step times memoized for the replays of corrected step models: how many step
+#: models, and how many step times each may hold before it starts over.
+_BASE_STEP_MEMOS = 128
+_BASE_STEP_ENTRIES = 20_000
 #: The configuration the adapter's replay engines run with (their step caches must match it).
 _ENGINE = ReplayConfig()
 
@@ -228,6 +232,7 @@ class Surrogate:
         self._sats: dict[Any, Saturation] = {}
         self._steps: dict[Any, tuple[StepTimeModel, str | None]] = {}
         self._step_caches: OrderedDict[Any, CachedStepModel] = OrderedDict()
+        self._base_steps: OrderedDict[Any, MemoStepModel] = OrderedDict()
         self._feasible: dict[tuple[Chain, int | None, int | None], Feasibility] = {}
         self._longest: dict[tuple[LengthDist, LengthDist], int] = {}
         self.hits = 0
@@ -482,7 +487,7 @@ class Surrogate:
             self._step_caches.move_to_end(r.step_key)
             return hit
         hit = CachedStepModel(
-            r.load.step_model,
+            self._probed(r),
             resolution=rc.step_resolution,
             floor_tokens=rc.step_floor_tokens,
             affine=rc.step_affine,
@@ -492,6 +497,23 @@ class Surrogate:
         if len(self._step_caches) > _STEP_CACHES:
             self._step_caches.popitem(last=False)
         return hit
+
+    def _probed(self, r: _RankLoad) -> StepTimeModel:
+        """The step model a replay's step-time cache probes: a corrected one scales the
+        uncorrected step times memoized per (GPU, model, config), which every correction of
+        that chain shares (a correction that moves each tick otherwise re-probes them all)."""
+        step = r.load.step_model
+        if not isinstance(step, ScaledStepModel):
+            return step
+        key = r.step_key[:3]
+        memo = self._base_steps.get(key)
+        if memo is None:
+            memo = MemoStepModel(step.base, _BASE_STEP_ENTRIES)
+            self._base_steps[key] = memo
+            if len(self._base_steps) > _BASE_STEP_MEMOS:
+                self._base_steps.popitem(last=False)
+        self._base_steps.move_to_end(key)
+        return ScaledStepModel(memo, prefill=step.prefill, decode=step.decode)
 
     def _saturation(self, key: Any, load: RankLoad) -> Saturation:
         """``saturation(load)``, memoized by ``key`` (everything ``load`` is made of): every
