@@ -91,7 +91,14 @@ class CorrectionConfig:
     rounded to a relative grid of ``quantum`` (so repeated predictions hit the cache).  When a
     stratum's corrections move by more than ``recalibration`` (relative), its CUSUM detectors
     restart: the old predictor's residuals must not accumulate against the new one.  The step
-    corrections in force change only when the estimate moves by more than ``hysteresis``."""
+    corrections in force change only when the estimate moves by more than ``hysteresis``.
+
+    A window whose completed requests fell short of its arrivals by more than
+    ``backlog_tolerance`` (relative) was overloaded: its latencies measure how long the backlog
+    has been growing, not the step time, so they correct nothing and stay out of the risk band;
+    its throughput is the rank's capacity and corrects the decode step instead.  A window
+    whose completions exceeded its arrivals by as much was draining a backlog: its latencies
+    are left out too."""
 
     window: int = attrs.field(default=12, validator=positive_int)
     min_samples: int = attrs.field(default=1, validator=positive_int)
@@ -99,6 +106,7 @@ class CorrectionConfig:
     quantum: float = attrs.field(default=0.02, validator=positive)
     recalibration: float = attrs.field(default=0.1, validator=positive)
     hysteresis: float = attrs.field(default=0.05, validator=positive)
+    backlog_tolerance: float = attrs.field(default=0.15, validator=positive)
 
 
 @attrs.frozen

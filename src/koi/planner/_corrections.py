@@ -26,6 +26,7 @@ import attrs
 
 from koi.config import CorrectionConfig, KoiConfig
 from koi.dag import RankContext
+from koi.planner._regime import Regime, capacity_sample, compared_on
 from koi.planner._strata import stratum_for
 from koi.surrogate import RankCorrection, RankPrediction
 from koi.types import Chain, GpuSpec, Job, Mediator, ModelSpec, Observation, Outcome, Rank
@@ -35,8 +36,10 @@ if TYPE_CHECKING:  # the state holds a CorrectionStore: import its type only for
 
 __all__ = [
     "DECODE_TIME",
+    "PREFILL_TIME",
     "CorrectionEntry",
     "CorrectionStore",
+    "compared_pairs",
     "correction_fn",
     "correction_moved",
     "correction_samples",
@@ -44,6 +47,7 @@ __all__ = [
 ]
 
 DECODE_TIME = "decode_time"
+PREFILL_TIME = "prefill_time"
 
 # Additive floors keep ratios of near-zero quantities (an empty queue) from exploding.
 _FLOORS: Mapping[str, float] = {
@@ -65,7 +69,7 @@ class CorrectionEntry:
 
 def floor_of(variable: str) -> float:
     """Additive floor for the ratio of ``variable``."""
-    if variable == DECODE_TIME or variable.startswith("p99_"):
+    if variable in (DECODE_TIME, PREFILL_TIME) or variable.startswith("p99_"):
         return 0.0
     return _FLOORS.get(variable, _FRACTION_FLOOR)
 
@@ -187,11 +191,17 @@ def correction_fn(
         held = state.signatures.get(key)
         ttft = quantized(factor(Outcome.TTFT.value), cc.quantum)
         decode = quantized(factor(DECODE_TIME), cc.quantum)
+        prefill = quantized(factor(PREFILL_TIME), cc.quantum)
         if held is not None:
             ttft = sticky(held[0], ttft, cc.hysteresis)
             decode = sticky(held[1], decode, cc.hysteresis)
+            if len(held) > _PREFILL_INDEX:  # checkpoints from before the prefill correction
+                prefill = sticky(held[_PREFILL_INDEX], prefill, cc.hysteresis)
         result = RankCorrection(
-            decode_time=decode, outcomes={Outcome.TTFT: ttft}, mediators=mediators
+            prefill_time=prefill,
+            decode_time=decode,
+            outcomes={Outcome.TTFT: ttft},
+            mediators=mediators,
         )
         cache[chain] = result
         return result
@@ -213,22 +223,25 @@ def quantized(factor: float, quantum: float) -> float:
 
 def correction_signature(c: RankCorrection) -> tuple[float, ...]:
     """The correction in force, as the comparable tuple the state remembers per stratum."""
-    return (c.outcome(Outcome.TTFT), c.decode_time, *(c.mediator(m) for m in Mediator))
+    mediators = (c.mediator(m) for m in Mediator)
+    return (c.outcome(Outcome.TTFT), c.decode_time, *mediators, c.prefill_time)
 
 
 _MEDIATOR_INDEX = {m.value: 2 + k for k, m in enumerate(Mediator)}
+_PREFILL_INDEX = 2 + len(Mediator)
 
 
 def correction_moved(
     a: Sequence[float], b: Sequence[float], variable: str, threshold: float
 ) -> bool:
     """Did a correction that ``variable``'s prediction depends on move by more than
-    ``threshold`` (relative)?  Every variable depends on the decode-step and TTFT factors
-    (index 0 and 1); a mediator also on its own factor."""
-    index = [0, 1]
+    ``threshold`` (relative)?  Every variable depends on the step and TTFT factors; a mediator
+    also on its own factor."""
+    index = [0, 1, _PREFILL_INDEX]
     if variable in _MEDIATOR_INDEX:
         index.append(_MEDIATOR_INDEX[variable])
-    return any(abs(math.log(b[i] / a[i])) > threshold for i in index)
+    n = min(len(a), len(b))  # a signature from before the prefill correction is shorter
+    return any(abs(math.log(b[i] / a[i])) > threshold for i in index if i < n)
 
 
 def observed_value(o: Observation, variable: str, predicted: float) -> float | None:
@@ -245,12 +258,43 @@ def observed_value(o: Observation, variable: str, predicted: float) -> float | N
     return bounds.closest(predicted)
 
 
+def compared_pairs(
+    o: Observation, rp: RankPrediction, regime: Regime
+) -> list[tuple[str, float, float]]:
+    """(variable, observed, predicted) for every variable the observation measured and its
+    window's regime lets it be compared on."""
+    out = []
+    for name, pred in [
+        *((oc.value, rp.outcomes.get(oc)) for oc in Outcome),
+        *((m.value, rp.mediators.get(m)) for m in Mediator),
+    ]:
+        if compared_on(regime, name) and (obs := observed_value(o, name, pred)) is not None:
+            out.append((name, obs, pred))
+    return out
+
+
 def correction_samples(
-    skey: str, o: Observation, rp: RankPrediction, in_force: RankCorrection
+    skey: str,
+    o: Observation,
+    rp: RankPrediction,
+    in_force: RankCorrection,
+    *,
+    regime: Regime = Regime.STEADY,
+    settled: bool = True,
 ) -> list[tuple[str, str, float, float, float]]:
     """Implied correction samples from one observation (see the module docstring).
 
-    Variables the observation did not measure give no sample."""
+    Variables the observation did not measure give no sample.  A window out of steady state
+    (:mod:`koi.planner._regime`) gives only what an overloaded, ``settled`` rank's capacity
+    says: the step (prefill and decode alike) is as much slower as the capacity is lower."""
+    if regime is not Regime.STEADY:
+        sample = capacity_sample(o, rp, settled=settled)
+        if regime is not Regime.OVERLOADED or sample is None:
+            return []
+        return [
+            (skey, DECODE_TIME, in_force.decode_time, *sample),
+            (skey, PREFILL_TIME, in_force.prefill_time, *sample),
+        ]
     samples = []
     tpot_pred = rp.outcomes.p99_tpot_ms
     if (tpot := observed_value(o, Outcome.TPOT.value, tpot_pred)) is not None:

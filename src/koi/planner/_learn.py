@@ -23,13 +23,16 @@ from koi.cusum import Detector, classify
 from koi.dag import CausalDag, RankContext, exercised_decisions, node_name
 from koi.planner._corrections import (
     DECODE_TIME,
+    PREFILL_TIME,
     CorrectionStore,
+    compared_pairs,
     correction_fn,
     correction_moved,
     correction_samples,
     correction_signature,
     observed_value,
 )
+from koi.planner._regime import Regime, compared_on, window_regime
 from koi.planner._report import LearnReport
 from koi.planner._state import DetectorKey, PlannerState
 from koi.planner._strata import stratum_for
@@ -41,7 +44,6 @@ from koi.types import (
     GpuSpec,
     Job,
     Ladder,
-    Mediator,
     ModelSpec,
     Observation,
     Outcome,
@@ -190,14 +192,19 @@ def compare(
                     # must not accumulate against the new one (that would read as a change).
                     detectors[key] = detectors[key].reset()
             signatures[skey] = signature
-            for variable, observed, pred in _pairs(o, rp):
+            regime = window_regime(o, cfg.corrections.backlog_tolerance)
+            for variable, observed, pred in compared_pairs(o, rp, regime):
                 r = _residual(variable, observed, pred)
                 key = (skey, variable)
                 detectors[key] = detectors.get(key, Detector(cfg=cfg.cusum)).step(r)
                 touched[key] = True
                 new_residuals.append((stratum, variable, r))
-            covered.extend(_covered(o, rp.outcomes, state, stratum, cfg))
-            samples.extend(correction_samples(skey, o, rp, in_force))
+            covered.extend(_covered(o, rp.outcomes, state, stratum, cfg, regime))
+            entry = state.ledger[(job_id, o.chain)]
+            settled = entry.committed_s < o.start_s and entry.replicas == o.replicas_up
+            samples.extend(
+                correction_samples(skey, o, rp, in_force, regime=regime, settled=settled)
+            )
             rank = Rank(o.chain, max(o.replicas_up, 1))
             evaluated.append((stratum, RankContext.from_rank(rank, spec, gpu, job), rank))
     return Comparison(
@@ -279,7 +286,7 @@ def update(
         if variable in _STEP_OUTCOMES:
             # Latency and throughput all derive from step times: a persistent change in any
             # of them means the step-time corrections of the stratum are stale.
-            stale.update(((skey, DECODE_TIME), (skey, Outcome.TTFT.value)))
+            stale.update((skey, v) for v in (DECODE_TIME, PREFILL_TIME, Outcome.TTFT.value))
         detectors[(skey, variable)] = detectors[(skey, variable)].reset()
     corrections = corrections.reset(stale)
     # Residuals from before the change describe a world that is gone.
@@ -338,20 +345,6 @@ def _predict_observed(
     return {rp.rank.chain: rp for rp in pred.ranks}
 
 
-def _pairs(o: Observation, rp: RankPrediction) -> list[tuple[str, float, float]]:
-    """(variable, observed, predicted) for every variable the observation measured."""
-    out = []
-    for oc in Outcome:
-        pred = rp.outcomes.get(oc)
-        if (obs := observed_value(o, oc.value, pred)) is not None:
-            out.append((oc.value, obs, pred))
-    for m in Mediator:
-        pred = rp.mediators.get(m)
-        if (obs := observed_value(o, m.value, pred)) is not None:
-            out.append((m.value, obs, pred))
-    return out
-
-
 def _residual(variable: str, observed: float, predicted: float) -> float:
     """Relative residual, capped; the SLO margin is already relative, so its plain difference."""
     if variable == Outcome.SLO_MARGIN.value and math.isfinite(observed + predicted):
@@ -369,12 +362,13 @@ def _covered(
     state: PlannerState,
     stratum: Stratum,
     cfg: KoiConfig,
+    regime: Regime,
 ) -> list[bool]:
     """Was each banded outcome inside the band built from the history before this tick?
 
-    Outcomes the observation did not measure are not counted either way."""
+    Outcomes the observation did not measure, or its regime cannot compare, do not count."""
     out = []
-    for oc in BAND_OUTCOMES:
+    for oc in (oc for oc in BAND_OUTCOMES if compared_on(regime, oc.value)):
         yhat = predicted.get(oc)
         y = observed_value(observed, oc.value, yhat)
         if y is None:

@@ -1,0 +1,77 @@
+"""Was a window in steady state, and what can its observation be compared on?
+
+The surrogate predicts a rank in steady state: requests complete as fast as they arrive.  A
+rank offered more than it can serve builds a backlog, and then its p99 TTFT grows with how long
+the backlog has been growing (tens of seconds after a few windows) and its batch, queue and
+step times sit at their limits: no step-time factor explains that, and learning one from it
+corrects every other rank of the stratum for a backlog they do not have.  What such a window
+measures reliably is how much the rank served — its capacity — and at what cost.
+
+So S2 compares an overloaded window (completions short of arrivals by more than the
+tolerance) on throughput and cost only, and takes its capacity as a sample of the prefill and
+decode step corrections (capacity scales inversely with a uniform step-time factor); a window
+draining a backlog (completions above arrivals by as much) likewise, without the capacity
+sample (its backlog may have emptied part-way).  Latencies, mediators, the risk band's
+residuals, band coverage and the detectors then learn only from windows in steady state.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+
+from koi.surrogate import RankPrediction
+from koi.types import Observation, Outcome
+
+__all__ = ["Regime", "capacity_sample", "compared_on", "window_regime"]
+
+
+class Regime(enum.StrEnum):
+    """How a rank's window relates to the steady state the surrogate predicts."""
+
+    STEADY = "steady"
+    OVERLOADED = "overloaded"  # a backlog grew: completions short of arrivals
+    DRAINING = "draining"  # a backlog shrank: completions above arrivals
+
+
+#: What a window out of steady state still measures: how much was served, at what cost.
+_UNSTEADY = frozenset({Outcome.THROUGHPUT.value, Outcome.COST.value})
+
+
+def window_regime(o: Observation, tolerance: float) -> Regime:
+    """The regime of ``o``'s window: completions against arrivals, within ``tolerance``.
+
+    A window without arrivals (batch work) has nothing to compare and counts as steady."""
+    if o.requests <= 0:
+        return Regime.STEADY
+    if o.completed < (1.0 - tolerance) * o.requests:
+        return Regime.OVERLOADED
+    if o.completed > (1.0 + tolerance) * o.requests:
+        return Regime.DRAINING
+    return Regime.STEADY
+
+
+def compared_on(regime: Regime, variable: str) -> bool:
+    """Is ``variable`` evidence about the surrogate in a window of ``regime``?"""
+    return regime is Regime.STEADY or variable in _UNSTEADY
+
+
+def capacity_sample(
+    o: Observation, rp: RankPrediction, *, settled: bool
+) -> tuple[float, float] | None:
+    """``(predicted capacity, observed throughput)`` of an overloaded window, or ``None``.
+
+    The rank served flat out, so its throughput is its capacity.  Scaling every step time (prefill
+    and decode) by a factor divides the predicted capacity by it, so the step-time ratio is
+    the predicted capacity over the observed throughput: the caller records the pair as
+    ``(observed, predicted)`` of a step-time factor.  ``settled``: the rank ran unchanged
+    through the whole window — in the window after a launch or resize, part of it was still
+    starting and its throughput understates what it can serve.
+    """
+    if not settled:
+        return None
+    served = o.measured(Outcome.THROUGHPUT.value)
+    capacity = rp.capacity_tok_s
+    if served is None or not (0.0 < served < math.inf and 0.0 < capacity < math.inf):
+        return None
+    return capacity, served
