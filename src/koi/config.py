@@ -96,9 +96,10 @@ class CorrectionConfig:
     A window whose completed requests fell short of its arrivals by more than
     ``backlog_tolerance`` (relative) was overloaded: its latencies measure how long the backlog
     has been growing, not the step time, so they correct nothing and stay out of the risk band;
-    its throughput is the rank's capacity and corrects the decode step instead.  A window
-    whose completions exceeded its arrivals by as much was draining a backlog: its latencies
-    are left out too."""
+    its throughput is the rank's capacity and corrects the decode step instead.  A window that
+    drained a backlog (completions above arrivals by as much) or carried one (its queue held
+    more than that share of its arrivals) is left out of latency learning too
+    (``koi.planner._regime``)."""
 
     window: int = attrs.field(default=12, validator=positive_int)
     min_samples: int = attrs.field(default=1, validator=positive_int)

@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # the state holds a CorrectionStore: import its type only for
 
 __all__ = [
     "DECODE_TIME",
-    "PREFILL_TIME",
     "CorrectionEntry",
     "CorrectionStore",
     "compared_pairs",
@@ -47,7 +46,6 @@ __all__ = [
 ]
 
 DECODE_TIME = "decode_time"
-PREFILL_TIME = "prefill_time"
 
 # Additive floors keep ratios of near-zero quantities (an empty queue) from exploding.
 _FLOORS: Mapping[str, float] = {
@@ -69,7 +67,7 @@ class CorrectionEntry:
 
 def floor_of(variable: str) -> float:
     """Additive floor for the ratio of ``variable``."""
-    if variable in (DECODE_TIME, PREFILL_TIME) or variable.startswith("p99_"):
+    if variable == DECODE_TIME or variable.startswith("p99_"):
         return 0.0
     return _FLOORS.get(variable, _FRACTION_FLOOR)
 
@@ -191,17 +189,11 @@ def correction_fn(
         held = state.signatures.get(key)
         ttft = quantized(factor(Outcome.TTFT.value), cc.quantum)
         decode = quantized(factor(DECODE_TIME), cc.quantum)
-        prefill = quantized(factor(PREFILL_TIME), cc.quantum)
         if held is not None:
             ttft = sticky(held[0], ttft, cc.hysteresis)
             decode = sticky(held[1], decode, cc.hysteresis)
-            if len(held) > _PREFILL_INDEX:  # checkpoints from before the prefill correction
-                prefill = sticky(held[_PREFILL_INDEX], prefill, cc.hysteresis)
         result = RankCorrection(
-            prefill_time=prefill,
-            decode_time=decode,
-            outcomes={Outcome.TTFT: ttft},
-            mediators=mediators,
+            decode_time=decode, outcomes={Outcome.TTFT: ttft}, mediators=mediators
         )
         cache[chain] = result
         return result
@@ -223,25 +215,22 @@ def quantized(factor: float, quantum: float) -> float:
 
 def correction_signature(c: RankCorrection) -> tuple[float, ...]:
     """The correction in force, as the comparable tuple the state remembers per stratum."""
-    mediators = (c.mediator(m) for m in Mediator)
-    return (c.outcome(Outcome.TTFT), c.decode_time, *mediators, c.prefill_time)
+    return (c.outcome(Outcome.TTFT), c.decode_time, *(c.mediator(m) for m in Mediator))
 
 
 _MEDIATOR_INDEX = {m.value: 2 + k for k, m in enumerate(Mediator)}
-_PREFILL_INDEX = 2 + len(Mediator)
 
 
 def correction_moved(
     a: Sequence[float], b: Sequence[float], variable: str, threshold: float
 ) -> bool:
     """Did a correction that ``variable``'s prediction depends on move by more than
-    ``threshold`` (relative)?  Every variable depends on the step and TTFT factors; a mediator
-    also on its own factor."""
-    index = [0, 1, _PREFILL_INDEX]
+    ``threshold`` (relative)?  Every variable depends on the decode-step and TTFT factors
+    (index 0 and 1); a mediator also on its own factor."""
+    index = [0, 1]
     if variable in _MEDIATOR_INDEX:
         index.append(_MEDIATOR_INDEX[variable])
-    n = min(len(a), len(b))  # a signature from before the prefill correction is shorter
-    return any(abs(math.log(b[i] / a[i])) > threshold for i in index if i < n)
+    return any(abs(math.log(b[i] / a[i])) > threshold for i in index)
 
 
 def observed_value(o: Observation, variable: str, predicted: float) -> float | None:
@@ -285,16 +274,13 @@ def correction_samples(
     """Implied correction samples from one observation (see the module docstring).
 
     Variables the observation did not measure give no sample.  A window out of steady state
-    (:mod:`koi.planner._regime`) gives only what an overloaded, ``settled`` rank's capacity
-    says: the step (prefill and decode alike) is as much slower as the capacity is lower."""
+    (:mod:`koi.planner._regime`) gives only the decode-step sample of an overloaded,
+    ``settled`` rank's capacity."""
     if regime is not Regime.STEADY:
         sample = capacity_sample(o, rp, settled=settled)
         if regime is not Regime.OVERLOADED or sample is None:
             return []
-        return [
-            (skey, DECODE_TIME, in_force.decode_time, *sample),
-            (skey, PREFILL_TIME, in_force.prefill_time, *sample),
-        ]
+        return [(skey, DECODE_TIME, in_force.decode_time, *sample)]
     samples = []
     tpot_pred = rp.outcomes.p99_tpot_ms
     if (tpot := observed_value(o, Outcome.TPOT.value, tpot_pred)) is not None:

@@ -23,7 +23,6 @@ from koi.cusum import Detector, classify
 from koi.dag import CausalDag, RankContext, exercised_decisions, node_name
 from koi.planner._corrections import (
     DECODE_TIME,
-    PREFILL_TIME,
     CorrectionStore,
     compared_pairs,
     correction_fn,
@@ -286,7 +285,7 @@ def update(
         if variable in _STEP_OUTCOMES:
             # Latency and throughput all derive from step times: a persistent change in any
             # of them means the step-time corrections of the stratum are stale.
-            stale.update((skey, v) for v in (DECODE_TIME, PREFILL_TIME, Outcome.TTFT.value))
+            stale.update(((skey, DECODE_TIME), (skey, Outcome.TTFT.value)))
         detectors[(skey, variable)] = detectors[(skey, variable)].reset()
     corrections = corrections.reset(stale)
     # Residuals from before the change describe a world that is gone.

@@ -8,11 +8,19 @@ corrects every other rank of the stratum for a backlog they do not have.  What s
 measures reliably is how much the rank served — its capacity — and at what cost.
 
 So S2 compares an overloaded window (completions short of arrivals by more than the
-tolerance) on throughput and cost only, and takes its capacity as a sample of the prefill and
-decode step corrections (capacity scales inversely with a uniform step-time factor); a window
-draining a backlog (completions above arrivals by as much) likewise, without the capacity
-sample (its backlog may have emptied part-way).  Latencies, mediators, the risk band's
-residuals, band coverage and the detectors then learn only from windows in steady state.
+tolerance) on throughput and cost only, and takes its capacity as a sample of the decode step
+correction; a window that carried a backlog (its queue held more than the tolerance of the
+window's arrivals) or drained one (completions above arrivals by more than the tolerance)
+likewise, without the capacity sample (its backlog may have emptied part-way).  Latencies,
+mediators, the risk band's residuals, band coverage and the detectors then learn only from
+windows in steady state.
+
+Why the decode step: the surrogate's capacity is set by its decode step (doubling the decode
+time halves it, within a few per cent, for nearly every chain of the benchmark mix; doubling
+the prefill time moves it by 0–15 %), so the implied factor ``in force × predicted capacity /
+served`` is the one that explains the window, and where capacity is less elastic it lands
+between that one and the factor in force (converging from below, never overshooting).  It
+is the sample steady windows take from p99 TPOT, by another measurement.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import enum
 import math
 
 from koi.surrogate import RankPrediction
-from koi.types import Observation, Outcome
+from koi.types import Mediator, Observation, Outcome
 
 __all__ = ["Regime", "capacity_sample", "compared_on", "window_regime"]
 
@@ -31,7 +39,7 @@ class Regime(enum.StrEnum):
 
     STEADY = "steady"
     OVERLOADED = "overloaded"  # a backlog grew: completions short of arrivals
-    DRAINING = "draining"  # a backlog shrank: completions above arrivals
+    BACKLOGGED = "backlogged"  # a backlog was carried or drained
 
 
 #: What a window out of steady state still measures: how much was served, at what cost.
@@ -39,15 +47,18 @@ _UNSTEADY = frozenset({Outcome.THROUGHPUT.value, Outcome.COST.value})
 
 
 def window_regime(o: Observation, tolerance: float) -> Regime:
-    """The regime of ``o``'s window: completions against arrivals, within ``tolerance``.
+    """The regime of ``o``'s window: completions against arrivals, and the requests waiting
+    (queue depth per replica × replicas) against arrivals, within ``tolerance``.
 
     A window without arrivals (batch work) has nothing to compare and counts as steady."""
     if o.requests <= 0:
         return Regime.STEADY
     if o.completed < (1.0 - tolerance) * o.requests:
         return Regime.OVERLOADED
-    if o.completed > (1.0 + tolerance) * o.requests:
-        return Regime.DRAINING
+    queue = o.measured(Mediator.QUEUE_DEPTH)
+    waiting = 0.0 if queue is None else queue * max(o.replicas_up, 1)
+    if o.completed > (1.0 + tolerance) * o.requests or waiting > tolerance * o.requests:
+        return Regime.BACKLOGGED
     return Regime.STEADY
 
 
@@ -61,10 +72,9 @@ def capacity_sample(
 ) -> tuple[float, float] | None:
     """``(predicted capacity, observed throughput)`` of an overloaded window, or ``None``.
 
-    The rank served flat out, so its throughput is its capacity.  Scaling every step time (prefill
-    and decode) by a factor divides the predicted capacity by it, so the step-time ratio is
-    the predicted capacity over the observed throughput: the caller records the pair as
-    ``(observed, predicted)`` of a step-time factor.  ``settled``: the rank ran unchanged
+    The rank served flat out, so its throughput is its capacity, and a slower step is what
+    lowers a capacity: the caller records the pair as ``(observed, predicted)`` of the decode
+    step factor (see the module docstring).  ``settled``: the rank ran unchanged
     through the whole window — in the window after a launch or resize, part of it was still
     starting and its throughput understates what it can serve.
     """
