@@ -27,7 +27,7 @@ import attrs
 from koi.config import CorrectionConfig, KoiConfig
 from koi.dag import RankContext
 from koi.planner._regime import Regime, capacity_sample, compared_on
-from koi.planner._strata import stratum_for
+from koi.planner._strata import GLOBAL, stratum_for
 from koi.surrogate import RankCorrection, RankPrediction
 from koi.types import Chain, GpuSpec, Job, Mediator, ModelSpec, Observation, Outcome, Rank
 
@@ -40,6 +40,7 @@ __all__ = [
     "CorrectionStore",
     "compared_pairs",
     "correction_fn",
+    "correction_key",
     "correction_moved",
     "correction_samples",
     "correction_signature",
@@ -115,11 +116,13 @@ class CorrectionStore:
         return CorrectionStore._from_index(index)
 
     def reset(self, keys: Iterable[tuple[str, str]]) -> CorrectionStore:
-        """Forget the evidence of these (stratum, variable) pairs."""
+        """Forget the evidence of these (stratum, variable) pairs, the stratum's own and that
+        of every chain key inside it (:func:`correction_key`)."""
         drop = set(keys)
-        if not drop & self._index.keys():
+        kept = {k: v for k, v in self._index.items() if (_stratum_part(k[0]), k[1]) not in drop}
+        if len(kept) == len(self._index):
             return self
-        return CorrectionStore._from_index({k: v for k, v in self._index.items() if k not in drop})
+        return CorrectionStore._from_index(kept)
 
     @classmethod
     def _from_index(cls, index: Mapping[tuple[str, str], tuple[float, ...]]) -> CorrectionStore:
@@ -129,6 +132,21 @@ class CorrectionStore:
                 for (s, v), f in sorted(index.items())
             )
         )
+
+
+def correction_key(chain: Chain, stratum_key: str) -> str:
+    """Where a chain's own corrections are learned: its stratum, model and tensor parallelism
+    (``gpu|class|engine|model|tpN``).  Every sample is recorded under this key and under the
+    stratum's; a chain's own corrections win, and a chain with none yet gets its stratum's.
+    Without the causal graph (one global stratum) evidence stays pooled fleet-wide."""
+    if stratum_key == GLOBAL.key:
+        return stratum_key
+    return f"{stratum_key}|{chain.model}|tp{chain.config.tp}"
+
+
+def _stratum_part(key: str) -> str:
+    """The stratum key of a stratum or chain correction key."""
+    return "|".join(key.split("|")[:3])
 
 
 def correction_fn(
@@ -141,10 +159,11 @@ def correction_fn(
 ) -> Callable[[Chain], RankCorrection]:
     """The residual corrections in force for ``job``, as the surrogate's per-chain callback.
 
-    A stratum's own corrections win.  A stratum with no evidence of its own borrows step-time
-    corrections through admitted mechanisms (DESIGN §4.5.1): every mechanism whose belief has
-    reached ``planner.mechanism_min_confidence`` and whose scope covers the chain lends the
-    median correction of the strata it was tested in.
+    The chain's own corrections (its model and tensor parallelism in its stratum,
+    :func:`correction_key`) win, then its stratum's.  A stratum with no evidence of its own
+    borrows step-time corrections through admitted mechanisms (DESIGN §4.5.1): every mechanism
+    whose belief has reached ``planner.mechanism_min_confidence`` and whose scope covers the
+    chain lends the median correction of the strata it was tested in.
     """
     cache: dict[Chain, RankCorrection] = {}
     store, cc = state.corrections, cfg.corrections
@@ -173,16 +192,19 @@ def correction_fn(
         spec = models.get(chain.model)
         if spec is None:
             return RankCorrection()
-        key = stratum_for(chain, spec, cfg).key
+        skey = stratum_for(chain, spec, cfg).key
+        key = correction_key(chain, skey)
+
+        def learned(variable: str) -> float | None:
+            own = store.factor(key, variable, cc)
+            return own if own is not None else store.factor(skey, variable, cc)
 
         def factor(variable: str) -> float:
-            own = store.factor(key, variable, cc)
+            own = learned(variable)
             return own if own is not None else borrowed(chain, spec, variable)
 
         mediators = {
-            m: quantized(f, cc.quantum)
-            for m in Mediator
-            if (f := store.factor(key, m.value, cc)) is not None
+            m: quantized(f, cc.quantum) for m in Mediator if (f := learned(m.value)) is not None
         }
         # Hysteresis: keep the step corrections in force unless the estimate really moved, so
         # predictions stay cached across ticks and CUSUM is not restarted by noise.

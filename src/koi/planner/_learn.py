@@ -26,6 +26,7 @@ from koi.planner._corrections import (
     CorrectionStore,
     compared_pairs,
     correction_fn,
+    correction_key,
     correction_moved,
     correction_samples,
     correction_signature,
@@ -184,13 +185,14 @@ def compare(
             skey = stratum.key
             in_force = corrections_in_force(o.chain)
             signature = correction_signature(in_force)
-            previous = signatures.get(skey, signature)
+            ckey = correction_key(o.chain, skey)
+            previous = signatures.get(ckey, signature)
             for key in [k for k in detectors if k[0] == skey and k not in touched]:
                 if correction_moved(previous, signature, key[1], cfg.corrections.recalibration):
                     # This variable's predictor was just recalibrated: residuals of the old one
                     # must not accumulate against the new one (that would read as a change).
                     detectors[key] = detectors[key].reset()
-            signatures[skey] = signature
+            signatures[ckey] = signature
             regime = window_regime(o, cfg.corrections.backlog_tolerance)
             for variable, observed, pred in compared_pairs(o, rp, regime):
                 r = _residual(variable, observed, pred)
@@ -201,9 +203,10 @@ def compare(
             covered.extend(_covered(o, rp.outcomes, state, stratum, cfg, regime))
             entry = state.ledger[(job_id, o.chain)]
             settled = entry.committed_s < o.start_s and entry.replicas == o.replicas_up
-            samples.extend(
-                correction_samples(skey, o, rp, in_force, regime=regime, settled=settled)
-            )
+            mine = correction_samples(skey, o, rp, in_force, regime=regime, settled=settled)
+            samples.extend(mine)
+            if ckey != skey:  # and the chain's own (koi.planner._corrections.correction_key)
+                samples.extend((ckey, *sample[1:]) for sample in mine)
             rank = Rank(o.chain, max(o.replicas_up, 1))
             evaluated.append((stratum, RankContext.from_rank(rank, spec, gpu, job), rank))
     return Comparison(

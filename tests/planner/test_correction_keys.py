@@ -1,0 +1,116 @@
+"""Each chain keeps its own residual corrections inside its stratum (model and tensor
+parallelism), and a chain with no evidence of its own gets its stratum's.
+
+A stratum pools very different deployments (dense-s holds a 1B and two 8B models; on a
+one-GPU-type fleet every job of a size class shares one): one correction for all of them was
+the median of unrelated misses, wrong for each (homo-12h, docs/benchmark.md).
+"""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from koi.config import KoiConfig
+from koi.planner import Planner
+from koi.planner._corrections import correction_fn, correction_key
+from koi.planner._strata import stratum_for
+from koi.surrogate import Surrogate
+from koi.types import (
+    ActiveDeployment,
+    Chain,
+    ClusterSnapshot,
+    Config,
+    Job,
+    Ladder,
+    LengthDist,
+    Observation,
+    Pool,
+    Quant,
+    Rank,
+    ServingTarget,
+    WorkloadProfile,
+)
+
+from ._world import CATALOG
+
+ENV = next(
+    e for e in CATALOG.environments(clouds=["aws"]) if e.id.endswith("on_demand/p5.48xlarge")
+)
+
+
+def _job(job_id: str, model: str) -> Job:
+    workload = WorkloadProfile(LengthDist(512, 0.3, 2048), LengthDist(128, 0.3, 512), rate_rps=4.0)
+    target = ServingTarget.online(p99_ttft_ms=2000.0, p99_tpot_ms=200.0)
+    return Job(job_id, model, "online", workload, target)
+
+
+# Same stratum (H100 × dense-s × vLLM), different models: one runs 3x slower than the prior
+# says, the other as it says.
+SLOW, FAST = _job("slow", "Llama-3.1-8B"), _job("fast", "Qwen3-8B")
+LADDERS = {
+    j.id: Ladder((Rank(Chain(j.model, ENV, Config(tp=1, quant=Quant.FP8)), 1),))
+    for j in (SLOW, FAST)
+}
+
+
+def _learned() -> Planner:
+    """A planner that ran both jobs and saw one steady window of each: TPOT 3x the prior's
+    for ``slow``, as predicted for ``fast``."""
+    cfg = KoiConfig()
+    planner = Planner(
+        config=attrs.evolve(
+            cfg, planner=attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
+        )
+    )
+    active = [ActiveDeployment(j, lad, 0.0) for j, lad in LADDERS.items()]
+    snapshot = ClusterSnapshot(300.0, [SLOW, FAST], [Pool(ENV, 4)], active)
+    planner.tick(snapshot, launch=False)  # stores the prior's predictions in the ledger
+    surrogate = Surrogate(CATALOG.gpus, CATALOG.models)
+    obs = []
+    for job, slower in ((SLOW, 3.0), (FAST, 1.0)):
+        (rp,) = surrogate.screen(job, LADDERS[job.id], now_s=300.0).ranks
+        outcomes = attrs.evolve(rp.outcomes, p99_tpot_ms=slower * rp.outcomes.p99_tpot_ms)
+        requests = int(4.0 * 300.0)
+        obs.append(
+            Observation(
+                job.id, rp.rank.chain, 300.0, 600.0, requests, requests, 1, outcomes, rp.mediators
+            )
+        )
+    planner.tick(attrs.evolve(snapshot, time_s=600.0), obs, launch=False)
+    return planner
+
+
+def _decode(planner: Planner, job: Job, chain: Chain) -> float:
+    fn = correction_fn(
+        planner.state, job, gpus=CATALOG.gpus, models=CATALOG.models, cfg=planner.config
+    )
+    return fn(chain).decode_time
+
+
+def test_each_chain_keeps_its_own_correction() -> None:
+    planner = _learned()
+    slow_chain = LADDERS[SLOW.id].ranks[0].chain
+    fast_chain = LADDERS[FAST.id].ranks[0].chain
+    assert _decode(planner, SLOW, slow_chain) == pytest.approx(3.0, rel=0.03)
+    assert _decode(planner, FAST, fast_chain) == pytest.approx(1.0, rel=0.03)
+
+
+def test_a_chain_without_evidence_gets_its_stratum() -> None:
+    planner = _learned()
+    # Tensor parallelism 2 of the slow model: no evidence of its own, the stratum's median
+    # of the two chains' factors (3 and 1).
+    untried = attrs.evolve(LADDERS[SLOW.id].ranks[0].chain, config=Config(tp=2, quant=Quant.FP8))
+    skey = stratum_for(untried, CATALOG.models[SLOW.model], planner.config).key
+    assert correction_key(untried, skey) not in {
+        e.stratum for e in planner.state.corrections.entries
+    }
+    assert _decode(planner, SLOW, untried) == pytest.approx(2.0, rel=0.03)
+
+
+def test_without_the_causal_graph_evidence_stays_pooled() -> None:
+    cfg = KoiConfig()
+    nograph = attrs.evolve(cfg, planner=attrs.evolve(cfg.planner, causal_graph=False))
+    chain = LADDERS[SLOW.id].ranks[0].chain
+    skey = stratum_for(chain, CATALOG.models[SLOW.model], nograph).key
+    assert correction_key(chain, skey) == skey
