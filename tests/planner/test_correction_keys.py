@@ -13,7 +13,7 @@ import pytest
 
 from koi.config import KoiConfig
 from koi.planner import Planner
-from koi.planner._corrections import correction_fn, correction_key
+from koi.planner._corrections import DECODE_TIME, CorrectionStore, correction_fn, correction_key
 from koi.planner._strata import stratum_for
 from koi.surrogate import Surrogate
 from koi.types import (
@@ -25,6 +25,7 @@ from koi.types import (
     Ladder,
     LengthDist,
     Observation,
+    Outcome,
     Pool,
     Quant,
     Rank,
@@ -54,15 +55,16 @@ LADDERS = {
 }
 
 
+def _planner() -> Planner:
+    cfg = KoiConfig()
+    planner = attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
+    return Planner(config=attrs.evolve(cfg, planner=planner))
+
+
 def _learned() -> Planner:
     """A planner that ran both jobs and saw one steady window of each: TPOT 3x the prior's
     for ``slow``, as predicted for ``fast``."""
-    cfg = KoiConfig()
-    planner = Planner(
-        config=attrs.evolve(
-            cfg, planner=attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
-        )
-    )
+    planner = _planner()
     active = [ActiveDeployment(j, lad, 0.0) for j, lad in LADDERS.items()]
     snapshot = ClusterSnapshot(300.0, [SLOW, FAST], [Pool(ENV, 4)], active)
     planner.tick(snapshot, launch=False)  # stores the prior's predictions in the ledger
@@ -114,3 +116,28 @@ def test_without_the_causal_graph_evidence_stays_pooled() -> None:
     chain = LADDERS[SLOW.id].ranks[0].chain
     skey = stratum_for(chain, CATALOG.models[SLOW.model], nograph).key
     assert correction_key(chain, skey) == skey
+
+
+def test_a_chain_with_evidence_of_its_own_takes_nothing_from_its_stratum() -> None:
+    # The slow chain learned only its decode step (an overloaded window); the other chain's
+    # TTFT factor, learned relative to another decode step, must not come with the stratum.
+    planner = _planner()
+    cc = planner.config.corrections
+    slow_chain = LADDERS[SLOW.id].ranks[0].chain
+    skey = stratum_for(slow_chain, CATALOG.models[SLOW.model], planner.config).key
+    slow_key = correction_key(slow_chain, skey)
+    fast_key = correction_key(LADDERS[FAST.id].ranks[0].chain, skey)
+    samples = [
+        *((k, DECODE_TIME, 1.0, 4.0, 1.0) for k in (skey, slow_key)),
+        *((k, Outcome.TTFT.value, 1.0, 0.2, 1.0) for k in (skey, fast_key)),
+    ]
+    store = CorrectionStore().record(samples, cc)
+    planner.state = attrs.evolve(planner.state, corrections=store)
+    fn = correction_fn(
+        planner.state, SLOW, gpus=CATALOG.gpus, models=CATALOG.models, cfg=planner.config
+    )
+    assert fn(slow_chain).decode_time == pytest.approx(4.0, rel=0.03)
+    assert fn(slow_chain).outcome(Outcome.TTFT) == 1.0
+    # A chain with no evidence of its own takes the stratum's, both factors together.
+    untried = attrs.evolve(slow_chain, config=Config(tp=2, quant=Quant.FP8))
+    assert fn(untried).outcome(Outcome.TTFT) == pytest.approx(0.2, rel=0.03)

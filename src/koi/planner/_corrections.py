@@ -47,6 +47,7 @@ __all__ = [
 ]
 
 DECODE_TIME = "decode_time"
+_TTFT = Outcome.TTFT.value
 
 # Additive floors keep ratios of near-zero quantities (an empty queue) from exploding.
 _FLOORS: Mapping[str, float] = {
@@ -95,6 +96,10 @@ class CorrectionStore:
 
     def samples(self, stratum: str, variable: str) -> int:
         return len(self._index.get((stratum, variable), ()))
+
+    def has_evidence(self, key: str, cfg: CorrectionConfig) -> bool:
+        """Does ``key`` have a step correction (decode step or p99 TTFT) in force?"""
+        return any(self.samples(key, v) >= cfg.min_samples for v in (DECODE_TIME, _TTFT))
 
     def record(
         self,
@@ -160,7 +165,8 @@ def correction_fn(
     """The residual corrections in force for ``job``, as the surrogate's per-chain callback.
 
     The chain's own corrections (its model and tensor parallelism in its stratum,
-    :func:`correction_key`) win, then its stratum's.  A stratum with no evidence of its own
+    :func:`correction_key`) once it has any step correction of its own, else its stratum's.
+    A stratum with no evidence of its own
     borrows step-time corrections through admitted mechanisms (DESIGN §4.5.1): every mechanism
     whose belief has reached ``planner.mechanism_min_confidence`` and whose scope covers the
     chain lends the median correction of the strata it was tested in.
@@ -194,10 +200,12 @@ def correction_fn(
             return RankCorrection()
         skey = stratum_for(chain, spec, cfg).key
         key = correction_key(chain, skey)
+        # The chain's evidence as a whole, else its stratum's: the TTFT factor is relative to
+        # the decode step in force when it was learned, so the two must come from one source.
+        source = key if store.has_evidence(key, cc) else skey
 
         def learned(variable: str) -> float | None:
-            own = store.factor(key, variable, cc)
-            return own if own is not None else store.factor(skey, variable, cc)
+            return store.factor(source, variable, cc)
 
         def factor(variable: str) -> float:
             own = learned(variable)
