@@ -15,12 +15,14 @@ likewise, without the capacity sample (its backlog may have emptied part-way).  
 mediators, the risk band's residuals, band coverage and the detectors then learn only from
 windows in steady state.
 
-Why the decode step: the surrogate's capacity is set by its decode step (doubling the decode
-time halves it, within a few per cent, for nearly every chain of the benchmark mix; doubling
-the prefill time moves it by 0–15 %), so the implied factor ``in force × predicted capacity /
-served`` is the one that explains the window, and where capacity is less elastic it lands
-between that one and the factor in force (converging from below, never overshooting).  It
-is the sample steady windows take from p99 TPOT, by another measurement.
+Why the decode step: the surrogate's capacity is mostly set by its decode step (on one H100
+replica, doubling the decode time cuts capacity by 45–50 % for most online jobs of the
+benchmark mix, doubling the prefill time by 0–10 %; the jobs with a handful of output tokens
+and a prefill-bound TP-4 chain are the exceptions), so the implied factor ``in force ×
+predicted capacity / served`` is about the one that explains the window, and where capacity
+is less elastic it lands between that one and the factor in force (converging from below,
+never overshooting).  It is the sample steady windows take from p99 TPOT, by another
+measurement.
 """
 
 from __future__ import annotations
