@@ -20,6 +20,7 @@ import attrs
 import numpy as np
 
 from koi.sim._config import TruthConfig
+from koi.surrogate import MemoStepModel
 from koi.surrogate.replay import StepTime, StepTimeModel
 from koi.types import Config, Environment, GpuSpec, LinkKind, ModelSpec
 
@@ -176,36 +177,6 @@ class TrueStepModel:
 PriorFactory = Callable[[GpuSpec, ModelSpec, Config], StepTimeModel]
 
 
-class _MemoPrior:
-    """Exact memo of a deterministic prior: rebuilt truth caches (driver updates, slow
-    replicas) re-probe the same shapes, and the operator model is the expensive part."""
-
-    __slots__ = ("_memo", "_model")
-
-    def __init__(self, model: StepTimeModel) -> None:
-        self._model = model
-        self._memo: dict[tuple[int, float, int, int], StepTime] = {}
-
-    def step(
-        self,
-        *,
-        prefill_tokens: int,
-        prefill_pairs: float,
-        decode_seqs: int,
-        decode_context_tokens: int,
-    ) -> StepTime:
-        key = (prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
-        hit = self._memo.get(key)
-        if hit is None:
-            hit = self._memo[key] = self._model.step(
-                prefill_tokens=prefill_tokens,
-                prefill_pairs=prefill_pairs,
-                decode_seqs=decode_seqs,
-                decode_context_tokens=decode_context_tokens,
-            )
-        return hit
-
-
 def _default_prior(gpu: GpuSpec, model: ModelSpec, config: Config) -> StepTimeModel:
     from koi.surrogate import OperatorModel
 
@@ -231,7 +202,7 @@ class TruthModel:
         self._seed = seed
         self._cfg = cfg or TruthConfig()
         self._prior = prior or _default_prior
-        self._priors: dict[tuple[str, str, Config], _MemoPrior] = {}
+        self._priors: dict[tuple[str, str, Config], MemoStepModel] = {}
         self.board = SpeedBoard()
 
     def _relative(self, rng: np.random.Generator, span: tuple[float, float]) -> float:
@@ -285,7 +256,7 @@ class TruthModel:
         key = (gpu.name, model.name, config)
         prior = self._priors.get(key)
         if prior is None:
-            prior = self._priors[key] = _MemoPrior(self._prior(gpu, model, config))
+            prior = self._priors[key] = MemoStepModel(self._prior(gpu, model, config), limit=None)
         return TrueStepModel(
             prior,
             self.factors(gpu, model, config),

@@ -104,14 +104,14 @@ class ScaledStepModel:
 
 class MemoStepModel:
     """``model`` with its step times memoized by their four arguments, up to ``limit`` of them
-    (then it starts over: a memo, not state).
+    (then it starts over: a memo, not state; ``None``: no limit).
 
     The replays of one step model under different corrections probe the same grid of batch
     shapes; a :class:`ScaledStepModel` over this memo scales the uncorrected step times the
     earlier replays already computed instead of computing them again (the same values).
     """
 
-    def __init__(self, model: StepTimeModel, limit: int) -> None:
+    def __init__(self, model: StepTimeModel, limit: int | None) -> None:
         self.model = model
         self._limit = limit
         self._memo: dict[tuple[int, float, int, int], StepTime] = {}
@@ -127,7 +127,7 @@ class MemoStepModel:
         key = (prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
         hit = self._memo.get(key)
         if hit is None:
-            if len(self._memo) >= self._limit:
+            if self._limit is not None and len(self._memo) >= self._limit:
                 self._memo.clear()
             hit = self._memo[key] = self.model.step(
                 prefill_tokens=prefill_tokens,
