@@ -11,7 +11,18 @@ from pathlib import Path
 from typing import Any
 
 import koi
-from koi.types import GpuSpec, ModelSpec, from_data
+from koi.types import Environment, GpuSpec, ModelSpec, from_data
+
+#: One on-demand 8×H100-SXM node, for tests that need an environment and not a fleet.
+H100_NODE = Environment(
+    cloud="aws",
+    region="us-east-1",
+    market="on_demand",
+    instance_type="H100-SXM-x8",
+    gpu="H100-SXM",
+    gpus_per_instance=8,
+    price_usd_per_h=40.0,
+)
 
 
 def _load(name: str, key: str) -> list[dict[str, Any]]:

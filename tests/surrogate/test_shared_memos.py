@@ -7,13 +7,12 @@ from collections.abc import Callable
 
 import attrs
 import pytest
-from tests._support.specs import gpus, models
+from tests._support.specs import H100_NODE, gpus, models
 
 from koi.surrogate import RankCorrection, Surrogate, SurrogateConfig
 from koi.types import (
     Chain,
     Config,
-    Environment,
     Job,
     Ladder,
     LengthDist,
@@ -22,15 +21,7 @@ from koi.types import (
     WorkloadProfile,
 )
 
-_ENV = Environment(
-    cloud="aws",
-    region="us-east-1",
-    market="on_demand",
-    instance_type="H100-SXM-x8",
-    gpu="H100-SXM",
-    gpus_per_instance=8,
-    price_usd_per_h=40.0,
-)
+_ENV = H100_NODE
 
 
 def _online(rate: float, prompt: float = 1000) -> Job:
