@@ -125,11 +125,11 @@ class Screener:
         hit = self._sized.get(key)
         if hit is not None:
             return hit
+        fn = corrections if corr is not None else None
         out: list[SizedOption] = []
         for k, (opt, chain) in enumerate(zip(options, chains, strict=True)):
             if time.monotonic() > deadline_s:
                 return None  # incomplete: not cached
-            fn = corrections if corr is not None else None
             if fn is not None and corr is not None and not corr[k].is_identity:
                 capacity = self._corrected_capacity(job, chain, corr[k], fn)
                 if capacity is None:

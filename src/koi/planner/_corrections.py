@@ -149,9 +149,13 @@ def correction_key(chain: Chain, stratum_key: str) -> str:
     return f"{stratum_key}|{chain.model}|tp{chain.config.tp}"
 
 
+#: How many ``|``-separated fields a stratum key has (``Stratum.key``); a chain key adds more.
+_STRATUM_FIELDS = len(GLOBAL.key.split("|"))
+
+
 def _stratum_part(key: str) -> str:
     """The stratum key of a stratum or chain correction key."""
-    return "|".join(key.split("|")[:3])
+    return "|".join(key.split("|")[:_STRATUM_FIELDS])
 
 
 def correction_fn(
