@@ -58,8 +58,9 @@ class PlannerConfig:
     ``make_room_jobs`` jobs per tick with no candidate within C3 on free capacity, ladders on
     GPUs that jobs of no higher priority could release within their own targets, together
     with those jobs' smaller ladders; a job whose policy is ``serve_best_effort`` also gets its
-    ``best_effort_candidates`` least risky ladders on free capacity, and deferring it is worth
-    ``refusal_margin`` less than the worst of them.
+    ``best_effort_candidates`` ladders on free capacity that carry most of its traffic (then
+    the least risky), each worth ``refusal_margin`` times the share it drops less, and
+    deferring it is worth ``refusal_margin`` less than the worst of them.
     ``learning`` and ``causal_graph`` exist for the ablations: without learning the evidence
     state never changes (``koi-frozen``); without the causal graph there are no strata, no
     mechanisms and no exploration, and evidence is pooled fleet-wide (``koi-nograph``).

@@ -5,11 +5,15 @@ from __future__ import annotations
 import attrs
 import pytest
 
+from koi.candidates import CandidateGenerator, ProposalContext
 from koi.config import KoiConfig
+from koi.dag import default_dag
 from koi.planner import Planner, TickResult
-from koi.planner._admission import struggling
+from koi.planner._admission import admit, served_fraction, struggling
+from koi.planner._evaluate import Evaluator
 from koi.planner._progress import Progress, late_batch_jobs, work_time_s
 from koi.planner._report import Verdict
+from koi.surrogate import Surrogate
 from koi.types import (
     ActionKind,
     ActiveDeployment,
@@ -35,6 +39,7 @@ from ._world import CATALOG
 ENV = next(e for e in CATALOG.environments(clouds=["aws"]) if e.id.endswith("on_demand/g6e.xlarge"))
 MODEL = "Llama-3.1-8B"
 CHAIN = Chain(MODEL, ENV, Config(tp=1, quant=Quant.BF16))
+SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 
 
 def _online(
@@ -43,12 +48,13 @@ def _online(
     priority: int = 0,
     ttft_ms: float = 2000.0,
     admission: AdmissionPolicy = AdmissionPolicy.SERVE_BEST_EFFORT,
+    rate_rps: float = 2.0,
 ) -> Job:
     return Job(
         job_id,
         MODEL,
         "online",
-        WorkloadProfile(LengthDist(512, 0.3, 2048), LengthDist(128, 0.3, 512), rate_rps=2.0),
+        WorkloadProfile(LengthDist(512, 0.3, 2048), LengthDist(128, 0.3, 512), rate_rps=rate_rps),
         ServingTarget.online(p99_ttft_ms=ttft_ms, p99_tpot_ms=100.0),
         priority=priority,
         admission=admission,
@@ -104,11 +110,98 @@ def test_hopeless_job_is_served_best_effort_and_reported_at_risk() -> None:
     assert risk.verdict is Verdict.HOPELESS
     assert "served best effort" in risk.detail
     assert result.plan.diagnostics["at_risk"] == {"new": "hopeless"}
-    # Least breach first: no rejected ladder that fits is less likely to breach.
+    # At 2 req/s every ladder keeps up, so least breach decides: no rejected ladder that fits
+    # is less likely to breach.
     rejected = [
         c for c in result.candidates_for("new") if c.rejected.startswith("C3") and c.ladder.gpus
     ]
     assert all(c.breach_probability >= chosen.breach_probability for c in rejected)
+
+
+def _effort_evaluator(job: Job, snapshot: ClusterSnapshot, cfg: KoiConfig) -> Evaluator:
+    return Evaluator(
+        snapshot=snapshot,
+        state=Planner.initial_state(cfg),
+        surrogate=SURROGATE,
+        gpus=CATALOG.gpus,
+        models=CATALOG.models,
+        dag=default_dag(),
+        cfg=cfg,
+        reference_cost={job.id: 0.2},
+    )
+
+
+class _NoProposals(CandidateGenerator):
+    """A proposer with nothing to offer: admission judges only the ladders it is given."""
+
+    def propose(self, job: Job, context: ProposalContext) -> list[Ladder]:
+        return []
+
+
+def test_best_effort_prefers_the_ladder_that_keeps_up_with_the_traffic() -> None:
+    # 60 req/s of 128 tokens: one L40S carries about 4,850 tok/s of the 7,680 offered, four
+    # carry it all.  With a 1 ms TTFT bound both breach for sure; the four are made no less
+    # likely to breach (as if telemetry said so), so breach probability alone would pick the
+    # one that cannot keep up.
+    job = _online("new", ttft_ms=1.0, rate_rps=60.0)
+    cfg = KoiConfig()
+    cfg = attrs.evolve(cfg, planner=attrs.evolve(cfg.planner, best_effort_candidates=1))
+    snapshot = ClusterSnapshot(600.0, [job], [Pool(ENV, 8)], [])
+    evaluator = _effort_evaluator(job, snapshot, cfg)
+    one, four = Ladder((Rank(CHAIN, 1),)), Ladder((Rank(CHAIN, 4),))
+    mine = {
+        Ladder(): evaluator.defer(job),
+        one: evaluator.evaluate(job, one, key="one"),
+        four: evaluator.evaluate(job, four, key="four", breach_floor=1.0),
+    }
+    for ladder in (one, four):
+        assert mine[ladder].report.rejected.startswith("C3")
+    assert mine[one].report.breach_probability < mine[four].report.breach_probability
+    assert served_fraction(job, mine[one], evaluator) < 0.7
+    assert served_fraction(job, mine[four], evaluator) == 1.0
+
+    admit([job], {job.id: mine}, evaluator=evaluator, generator=_NoProposals(SURROGATE), cfg=cfg)
+    offered = [ev for ev in mine.values() if ev.candidate is not None and ev.candidate.best_effort]
+    assert [ev.report.ladder for ev in offered] == [four]
+    assert mine[Ladder()].report.value < offered[0].report.value
+
+
+def test_a_hopeless_job_is_served_where_it_keeps_up_with_its_traffic() -> None:
+    # 150 req/s of 128 tokens (19,200 tok/s) and a 1 ms TTFT bound: every ladder breaches.
+    # One free H100 is a hair less likely to breach than sixteen L4s, but it cannot carry
+    # the traffic; the L4s can, so best effort serves the job there.
+    h100 = next(
+        e
+        for e in CATALOG.environments(clouds=["aws"])
+        if e.id.endswith("us-east-1/on_demand/p5.4xlarge")
+    )
+    l4 = next(
+        e
+        for e in CATALOG.environments(clouds=["aws"])
+        if e.id.endswith("us-east-1/on_demand/g6.xlarge")
+    )
+    job = _online("new", ttft_ms=1.0, rate_rps=150.0)
+    snapshot = ClusterSnapshot(600.0, [job], [Pool(h100, 1), Pool(l4, 16)], [])
+    result = _planner().tick(snapshot, launch=False)
+    assert result.plan.action("new").kind is ActionKind.PLACE
+    assert _risk(result, "new") is Verdict.HOPELESS
+    chosen = next(c for c in result.candidates_for("new") if c.chosen)
+    assert "best-effort" in chosen.sources
+    assert {r.chain.environment.gpu for r in chosen.ladder.ranks} == {"L4"}
+    need = job.required_output_tok_s(600.0)
+
+    def capacity(ladder: Ladder) -> float:
+        return sum(r.capacity_tok_s for r in SURROGATE.screen(job, ladder, now_s=600.0).ranks)
+
+    assert capacity(chosen.ladder) >= need
+    on_h100 = [
+        c
+        for c in result.candidates_for("new")
+        if c.ladder.ranks and c.ladder.ranks[0].chain.environment == h100
+    ]
+    assert on_h100
+    assert all(capacity(c.ladder) < need for c in on_h100)
+    assert min(c.breach_probability for c in on_h100) < chosen.breach_probability
 
 
 def test_refuse_policy_defers_a_hopeless_job() -> None:

@@ -18,11 +18,15 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    donors get their scale-in ladders as candidates.  Nothing is decided here:
    the joint selection takes the newcomer's ladder only with enough donors' smaller ladders,
    which C1 already expresses (a scale-in frees its GPUs at once).
-3. **Best effort** (policy ``serve_best_effort``, pending jobs).  The job's ladders that C3
-   rejected and that fit what is free now, least likely to breach first, enter as best-effort
-   candidates: together they may use only GPUs nobody holds now (the selector's ``free`` rows),
-   so C3 never takes capacity from a job within its target to give a stuck one a smaller
-   breach.  Refusing the job is then worth ``refusal_margin`` less than the worst of them.
+3. **Best effort** (policy ``serve_best_effort``, pending jobs): serve as much of the offered
+   traffic as possible.  The generator also proposes for the job on what is free, on any GPU
+   type, sized for its rate with the most headroom; its ladders that C3 rejected and that fit
+   what is free now enter as best-effort candidates, those predicted to carry the largest
+   share of the demand first (:func:`served_fraction`), then the least likely to breach.
+   Each loses ``refusal_margin`` times the share it cannot carry from its value.  Together
+   they may use only GPUs nobody holds now (the selector's ``free`` rows), so C3 never takes
+   capacity from a job within its target to give a stuck one a smaller breach.  Refusing the
+   job is then worth ``refusal_margin`` less than the worst of them.
 """
 
 from __future__ import annotations
@@ -49,7 +53,15 @@ from koi.types import (
     Rank,
 )
 
-__all__ = ["BEST_EFFORT", "MAKE_ROOM", "Admission", "admit", "struggling", "stuck"]
+__all__ = [
+    "BEST_EFFORT",
+    "MAKE_ROOM",
+    "Admission",
+    "admit",
+    "served_fraction",
+    "struggling",
+    "stuck",
+]
 
 #: The source tag of make-room ladders (the newcomer's and the donors' scale-ins).
 MAKE_ROOM = "make-room"
@@ -247,7 +259,7 @@ def admit(
                     job, mine, by_id, current, snapshot, evaluator, generator, spare, cfg
                 )
         if job.admission is AdmissionPolicy.SERVE_BEST_EFFORT and job.id not in current:
-            _best_effort(job, mine, snapshot, evaluator, cfg)
+            _best_effort(job, mine, snapshot, evaluator, generator, cfg)
     return Admission(verdicts=verdicts, donors=donors_of)
 
 
@@ -379,41 +391,83 @@ def _donor_order(donors: Sequence[Job], current: Mapping[str, Ladder], pool: str
     )
 
 
+def served_fraction(job: Job, ev: Evaluated, evaluator: Evaluator) -> float:
+    """The share of ``job``'s demand ``ev``'s ladder is predicted to carry, in [0, 1].
+
+    Online: the ladder's saturation capacity (each rank's, scaled by the throughput correction
+    in force for its chain) over the forecast offered output rate; batch: its predicted
+    throughput over the rate that finishes by the deadline.  A deployment below the rate it
+    is offered does not serve that fraction well: its queue grows without bound and every
+    request waits behind it — which is why best effort ranks by this first."""
+    if ev.prediction is None or not ev.prediction.feasible:
+        return 0.0
+    need = job.required_output_tok_s(evaluator.snapshot.time_s)
+    if need <= 0:
+        return 1.0
+    if job.is_online:
+        correct = evaluator.corrections(job)
+        have = sum(
+            rp.capacity_tok_s * correct(rp.rank.chain).outcome(Outcome.THROUGHPUT)
+            for rp in ev.prediction.ranks
+        )
+    else:
+        have = ev.prediction.outcomes.throughput_tok_s
+    return min(1.0, max(have, 0.0) / need)
+
+
 def _best_effort(
     job: Job,
     mine: dict[Ladder, Evaluated],
     snapshot: ClusterSnapshot,
     evaluator: Evaluator,
+    generator: CandidateGenerator,
     cfg: KoiConfig,
 ) -> None:
-    """The job's C3-rejected ladders that fit what is free, least risky first, as best-effort
-    candidates; refusing it then scores below every one of them."""
+    """The job's C3-rejected ladders that fit what is free, as best-effort candidates: those
+    predicted to keep up with the job's traffic first, then the least likely to breach.  A
+    best-effort candidate's value loses ``refusal_margin`` times the share of the demand it
+    cannot carry, and refusing the job then scores below every one of them."""
     limit = cfg.planner.best_effort_candidates
     if limit == 0:
         return
+    # Ladders sized for the rate on what is free, with the most headroom the rounds give and
+    # on any GPU type: the job's own proposals keep to its budget book, which may hold only
+    # types it cannot keep up on.
+    rnd = cfg.planner.search_rounds - 1
+    for n, ladder in enumerate(
+        generator.propose(job, _context(job, snapshot, evaluator, cfg, {}, rnd=rnd))
+    ):
+        if ladder not in mine:
+            mine[ladder] = evaluator.evaluate(job, ladder, key=f"effort{n}", sources=(BEST_EFFORT,))
     free = free_gpus(snapshot, except_job=job.id)
     rejected = [
-        ev
+        (served_fraction(job, ev, evaluator), ev)
         for ev in mine.values()
         if ev.candidate is None
         and ev.report.rejected.startswith("C3")
         and not _deficit(ev.report.ladder, free, {})
     ]
-    rejected.sort(key=lambda e: (e.report.breach_probability, -e.report.value))
+    rejected.sort(key=lambda se: (-se[0], se[1].report.breach_probability, -se[1].report.value))
+    margin = cfg.planner.refusal_margin
     picked = []
-    for ev in rejected[:limit]:
+    for served, ev in rejected[:limit]:
         r = ev.report
-        best = evaluator.evaluate(
-            job, r.ladder, key=r.key, sources=(*r.sources, BEST_EFFORT), best_effort=True
-        )
+        sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
+        best = evaluator.evaluate(job, r.ladder, key=r.key, sources=sources, best_effort=True)
         if best.candidate is not None:
+            value = best.report.value - margin * (1.0 - served)
+            best = attrs.evolve(
+                best,
+                report=attrs.evolve(best.report, value=value),
+                candidate=attrs.evolve(best.candidate, value=value),
+            )
             mine[r.ladder] = best
             picked.append(best)
     if not picked:
         return
     defer = mine[Ladder()]
     worst = min(e.report.value for e in picked)
-    value = min(defer.report.value, worst - cfg.planner.refusal_margin)
+    value = min(defer.report.value, worst - margin)
     if defer.candidate is not None and value < defer.report.value:
         mine[Ladder()] = attrs.evolve(
             defer,
