@@ -27,6 +27,9 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    they may use only GPUs nobody holds now (the selector's ``free`` rows), so C3 never takes
    capacity from a job within its target to give a stuck one a smaller breach.  Refusing the
    job is then worth ``refusal_margin`` less than the worst of them.
+
+Longer than most modules: the three steps are one decision about the same stuck jobs, on the
+same evaluations and proposal context, and splitting them would pass that state around.
 """
 
 from __future__ import annotations
