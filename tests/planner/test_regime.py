@@ -49,8 +49,8 @@ JOB = Job(
 POOLS = [Pool(ENV, 4)]
 
 
-def _planner() -> Planner:
-    cfg = KoiConfig()
+def _planner(cfg: KoiConfig | None = None) -> Planner:
+    cfg = cfg or KoiConfig()
     planner = attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
     return Planner(config=attrs.evolve(cfg, planner=planner))
 
@@ -91,11 +91,11 @@ def _observations(
 
 
 def _after_window(
-    *, completed: float | None = None, since_s: float = 0.0
+    *, completed: float | None = None, since_s: float = 0.0, cfg: KoiConfig | None = None
 ) -> tuple[Planner, TickResult, Ladder]:
     """Place the job, let it run from ``since_s``, then report the window [300, 600) in
     which its ranks served 40 % of the prior's capacity with a 60 s p99 TTFT."""
-    planner = _planner()
+    planner = _planner(cfg)
     # Launched (no launcher plugin: the plan is what runs), so the ledger holds its prediction.
     placed = planner.tick(ClusterSnapshot(0.0, [JOB], POOLS, []))
     ladder = placed.plan.action(JOB.id).ladder
@@ -175,3 +175,27 @@ def test_the_window_after_a_launch_gives_no_capacity_sample() -> None:
     key, cc = _stratum(planner, ladder), planner.config.corrections
     assert planner.state.corrections.factor(key, DECODE_TIME, cc) is None
     assert planner.state.corrections.factor(key, Outcome.TTFT.value, cc) is None
+
+
+def test_a_divergence_keeps_the_sample_that_explains_it() -> None:
+    """The world gets slower again: the throughput detector fires, the correction learned
+    before the change is dropped, and this window's capacity sample is what koi plans on —
+    not the prior (before, the reset dropped this tick's samples too, and the next tick
+    planned on the prior the world had just contradicted twice)."""
+    # A detector that fires on one capped miss, so that the second window diverges.
+    cfg = KoiConfig()
+    planner, first, ladder = _after_window(
+        cfg=attrs.evolve(cfg, cusum=attrs.evolve(cfg.cusum, h=1.0))
+    )
+    assert not first.fallback, first.errors
+    key, cc = _stratum(planner, ladder), planner.config.corrections
+    assert planner.state.corrections.factor(key, DECODE_TIME, cc) == pytest.approx(2.5, rel=0.02)
+    # The same ladder, the next window, at a fifth of the prior's capacity.
+    obs = _observations(ladder, start_s=600.0, served=0.2, ttft_ms=90_000.0)
+    snapshot = ClusterSnapshot(900.0, [JOB], POOLS, [ActiveDeployment(JOB.id, ladder, 0.0)])
+    second = planner.tick(snapshot, obs, launch=False)
+    assert not second.fallback, second.errors
+    assert any(d.endswith(Outcome.THROUGHPUT.value) for d in second.learning.divergences)
+    factor = planner.state.corrections.factor(key, DECODE_TIME, cc)
+    assert factor is not None
+    assert factor > 2.5 * 1.3  # the slower world, not the prior and not the old 2.5

@@ -281,7 +281,6 @@ def update(
                 mechanism_strata[m.id] = (*seen, stratum.key)
 
     # Divergence means the world changed: drop stale corrections and restart the detectors.
-    corrections: CorrectionStore = state.corrections.record(c.samples, cfg.corrections)
     stale: set[tuple[str, str]] = set()
     for skey, variable in diverged:
         stale.add((skey, variable))
@@ -290,7 +289,12 @@ def update(
             # of them means the step-time corrections of the stratum are stale.
             stale.update(((skey, DECODE_TIME), (skey, Outcome.TTFT.value)))
         detectors[(skey, variable)] = detectors[(skey, variable)].reset()
-    corrections = corrections.reset(stale)
+    # What is stale is the evidence from before the change; this tick's samples measure the
+    # world after it, so they are recorded after the reset.  Recorded before it, a divergence
+    # also dropped the sample that explained it, and the next tick planned on the prior: on
+    # homo-12h a stratum's decode correction (4-8x, from capacity) was wiped every third tick
+    # by the throughput miss it was learned from, and C3 alternated between two wrong pictures.
+    corrections: CorrectionStore = state.corrections.reset(stale).record(c.samples, cfg.corrections)
     # Residuals from before the change describe a world that is gone.
     residuals = residuals.forget((Stratum.from_key(s), v) for s, v in diverged)
 
