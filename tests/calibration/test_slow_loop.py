@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 
 import attrs
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from koi.calibration import (
     regret,
     swap_budget,
 )
+from koi.errors import InvalidInput
 from koi.types import Outcome, Outcomes
 
 CFG = CalibrationConfig(every=1)
@@ -64,6 +66,14 @@ def test_swap_budget_grows_with_regret() -> None:
     low, high = swap_budget(0.0, 20, CFG), swap_budget(1.0, 20, CFG)
     assert low < high
     assert swap_budget(0.0, 0, CFG) == CFG.swap_floor
+
+
+def test_each_failing_job_adds_a_repair_to_the_swap_budget() -> None:
+    base = swap_budget(0.0, 10, CFG)
+    assert swap_budget(0.0, 10, CFG, repairs=5) == base + 5
+    assert swap_budget(0.0, 10, CFG, repairs=50) == base + 10  # never more than the active jobs
+    with pytest.raises(InvalidInput, match="repairs"):
+        swap_budget(0.0, 10, CFG, repairs=-1)
 
 
 def _outcomes(cost: float, ttft: float, thr: float) -> Outcomes:

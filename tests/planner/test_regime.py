@@ -199,3 +199,10 @@ def test_a_divergence_keeps_the_sample_that_explains_it() -> None:
     factor = planner.state.corrections.factor(key, DECODE_TIME, cc)
     assert factor is not None
     assert factor > 2.5 * 1.3  # the slower world, not the prior and not the old 2.5
+
+
+def test_the_overloaded_job_is_a_repair_outside_the_swap_budget() -> None:
+    # One job, telemetry shows it overloaded: the churn budget (its floor, one) plus one repair.
+    _, result, _ = _after_window()
+    floor = KoiConfig().calibration.swap_floor
+    assert result.knobs["swap_budget"] == floor + 1

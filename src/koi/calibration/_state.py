@@ -104,10 +104,21 @@ def regret(q_window: Iterable[float], window: int, q_star: float = 1.0) -> float
     return sum(max(0.0, q_star - q) for q in qs) / window
 
 
-def swap_budget(regret_signal: float, active_jobs: int, cfg: CalibrationConfig) -> int:
-    """``B_t``: more active jobs may be reconsidered when predictions are unreliable."""
+def swap_budget(
+    regret_signal: float, active_jobs: int, cfg: CalibrationConfig, *, repairs: int = 0
+) -> int:
+    """``B_t``: more active jobs may be reconsidered when predictions are unreliable.
+
+    The regret signal says it for the fleet; a job whose last window missed (or nearly missed)
+    its target says it for itself, so each such job (``repairs``, at most ``active_jobs``)
+    adds one to the budget: repairing a job the telemetry shows failing is not charged against
+    the churn allowed among jobs that are fine.  Without it a share of a tenth let one change
+    through per tick while five of ten jobs were overloaded (homo-12h, docs/benchmark.md).
+    """
+    if repairs < 0:
+        raise InvalidInput(f"repairs: must be >= 0, got {repairs!r}")
     share = cfg.swap_min_share + (cfg.swap_max_share - cfg.swap_min_share) * regret_signal
-    return max(cfg.swap_floor, round(share * active_jobs))
+    return max(cfg.swap_floor, round(share * active_jobs)) + min(repairs, active_jobs)
 
 
 def ideal_point_update(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import attrs
 
@@ -63,8 +63,13 @@ def selection_problem(
     evaluator: Evaluator,
     cfg: KoiConfig,
     over: Mapping[str, int] | None = None,
+    failing: Iterable[str] = (),
 ) -> SelectionProblem:
     """Every valid candidate of the tick, the pools, the swap budget, priorities and quotas.
+
+    ``failing`` names the jobs telemetry shows not clear of their target (struggling online
+    jobs, late batch jobs); each running one adds one to the swap budget
+    (:func:`koi.calibration.swap_budget`'s ``repairs``).
 
     A finished job that is still deployed is stopped outside the selection: its GPUs stay
     taken for this tick (the host frees them when it applies the stop), so nothing placed now
@@ -109,7 +114,12 @@ def selection_problem(
         candidates=valid,
         pools=pools,
         exploration_weights=evaluator.exploration_weights(),
-        swap_budget=swap_budget(state.calibration.regret, len(snapshot.active), cfg.calibration),
+        swap_budget=swap_budget(
+            state.calibration.regret,
+            len(snapshot.active),
+            cfg.calibration,
+            repairs=len(set(failing) & {a.job_id for a in snapshot.active}),
+        ),
         priority={j.id: j.priority for j in jobs},
         quota_group={j.id: j.quota_group for j in jobs if j.quota_group is not None},
         quota_caps={q.group: q.max_gpus for q in snapshot.quotas},

@@ -425,7 +425,10 @@ class Planner:
         )
         watch.lap("S5_admission")
         deadline.check("evaluation")
-        problem = selection_problem(snapshot, state, running, candidates, evaluator, cfg, over)
+        failing = self._struggling | late.keys()
+        problem = selection_problem(
+            snapshot, state, running, candidates, evaluator, cfg, over, failing=failing
+        )
         limit = deadline.solver_limit(cfg.selector.time_limit_s)
         cfg = attrs.evolve(cfg, selector=attrs.evolve(cfg.selector, time_limit_s=limit))
         result = select_plan(
