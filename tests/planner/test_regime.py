@@ -14,10 +14,10 @@ import pytest
 
 from koi.config import KoiConfig
 from koi.planner import Planner, TickResult
-from koi.planner._corrections import DECODE_TIME
+from koi.planner._corrections import DECODE_TIME, PREFILL_TIME, correction_key
 from koi.planner._regime import Regime, compared_on, window_regime
 from koi.planner._strata import stratum_for
-from koi.surrogate import Surrogate
+from koi.surrogate import RankCorrection, Surrogate
 from koi.types import (
     ActionKind,
     ActiveDeployment,
@@ -62,21 +62,23 @@ def _observations(
     served: float,
     ttft_ms: float,
     completed: float | None = None,
+    job: Job = JOB,
 ) -> list[Observation]:
     """One window per rank of ``ladder``: throughput ``served`` × the prior's capacity (at
     most the offered tokens), the share of arrivals that throughput finishes (or
     ``completed``), p99 TTFT ``ttft_ms``, TPOT as the prior says."""
-    pred = Surrogate(CATALOG.gpus, CATALOG.models).screen(JOB, ladder, now_s=start_s)
+    pred = Surrogate(CATALOG.gpus, CATALOG.models).screen(job, ladder, now_s=start_s)
     out = []
     for rp in pred.ranks:
-        requests = int(RATE * rp.traffic_share * 300.0)
-        offered = RATE * rp.traffic_share * 200.0
+        rate = job.workload.rate_rps
+        requests = int(rate * rp.traffic_share * 300.0)
+        offered = rate * rp.traffic_share * job.workload.output_len.mean
         throughput = min(served * rp.capacity_tok_s, offered)
         done = throughput / offered if completed is None else completed
         outcomes = attrs.evolve(rp.outcomes, p99_ttft_ms=ttft_ms, throughput_tok_s=throughput)
         out.append(
             Observation(
-                job_id=JOB.id,
+                job_id=job.id,
                 chain=rp.rank.chain,
                 start_s=start_s,
                 end_s=start_s + 300.0,
@@ -91,17 +93,23 @@ def _observations(
 
 
 def _after_window(
-    *, completed: float | None = None, since_s: float = 0.0, cfg: KoiConfig | None = None
+    *,
+    completed: float | None = None,
+    since_s: float = 0.0,
+    cfg: KoiConfig | None = None,
+    job: Job = JOB,
 ) -> tuple[Planner, TickResult, Ladder]:
     """Place the job, let it run from ``since_s``, then report the window [300, 600) in
     which its ranks served 40 % of the prior's capacity with a 60 s p99 TTFT."""
     planner = _planner(cfg)
     # Launched (no launcher plugin: the plan is what runs), so the ledger holds its prediction.
-    placed = planner.tick(ClusterSnapshot(0.0, [JOB], POOLS, []))
-    ladder = placed.plan.action(JOB.id).ladder
+    placed = planner.tick(ClusterSnapshot(0.0, [job], POOLS, []))
+    ladder = placed.plan.action(job.id).ladder
     assert not ladder.is_empty
-    obs = _observations(ladder, start_s=300.0, served=0.4, completed=completed, ttft_ms=60_000.0)
-    running = ClusterSnapshot(600.0, [JOB], POOLS, [ActiveDeployment(JOB.id, ladder, since_s)])
+    obs = _observations(
+        ladder, start_s=300.0, served=0.4, completed=completed, ttft_ms=60_000.0, job=job
+    )
+    running = ClusterSnapshot(600.0, [job], POOLS, [ActiveDeployment(job.id, ladder, since_s)])
     if since_s >= 300.0:  # the ladder was (re)committed at the window's start
         planner.state = attrs.evolve(
             planner.state,
@@ -206,3 +214,34 @@ def test_the_overloaded_job_is_a_repair_outside_the_swap_budget() -> None:
     _, result, _ = _after_window()
     floor = KoiConfig().calibration.swap_floor
     assert result.knobs["swap_budget"] == floor + 1
+
+
+def test_a_capacity_miss_at_the_predicted_tpot_corrects_the_prefill_step() -> None:
+    """Long prompts, a handful of output tokens: capacity is elastic in the prefill step.  The
+    rank serves 40 % of its predicted capacity at the TPOT the prior predicts, so the decode
+    step is as predicted and the prefill step is slow: koi corrects the prefill step so the
+    capacity matches what was served, and keeps predicting the TPOT it observed (learned as a
+    2.5x decode step, the miss made every ladder look past its TPOT bound)."""
+    workload = WorkloadProfile(
+        LengthDist(6000, 0.3, 24000), LengthDist(40, 0.3, 160), rate_rps=RATE
+    )
+    job = attrs.evolve(JOB, workload=workload)
+    planner, result, ladder = _after_window(job=job)
+    assert not result.fallback, result.errors
+    chain = ladder.ranks[0].chain
+    skey = stratum_for(chain, CATALOG.models[MODEL], planner.config).key
+    key, cc = correction_key(chain, skey), planner.config.corrections
+    store = planner.state.corrections
+    decode = store.factor(key, DECODE_TIME, cc)
+    prefill = store.factor(key, PREFILL_TIME, cc)
+    assert decode == pytest.approx(1.0, abs=0.05)
+    assert prefill is not None
+    assert prefill > 1.5
+    surrogate = Surrogate(CATALOG.gpus, CATALOG.models)
+    prior = surrogate.capacity(job, chain)
+    learned = surrogate.capacity(
+        job, chain, corrections=lambda _c: RankCorrection(prefill_time=prefill, decode_time=decode)
+    )
+    assert prior is not None
+    assert learned is not None
+    assert learned / prior == pytest.approx(0.4, rel=0.15)  # the capacity it served

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # the state holds a CorrectionStore: import its type only for
 
 __all__ = [
     "DECODE_TIME",
+    "PREFILL_TIME",
     "CorrectionEntry",
     "CorrectionStore",
     "compared_pairs",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 DECODE_TIME = "decode_time"
+PREFILL_TIME = "prefill_time"
+_STEPS = (DECODE_TIME, PREFILL_TIME)
 _TTFT = Outcome.TTFT.value
 
 # Additive floors keep ratios of near-zero quantities (an empty queue) from exploding.
@@ -69,7 +72,7 @@ class CorrectionEntry:
 
 def floor_of(variable: str) -> float:
     """Additive floor for the ratio of ``variable``."""
-    if variable == DECODE_TIME or variable.startswith("p99_"):
+    if variable in _STEPS or variable.startswith("p99_"):
         return 0.0
     return _FLOORS.get(variable, _FRACTION_FLOOR)
 
@@ -98,8 +101,8 @@ class CorrectionStore:
         return len(self._index.get((stratum, variable), ()))
 
     def has_evidence(self, key: str, cfg: CorrectionConfig) -> bool:
-        """Does ``key`` have a step correction (decode step or p99 TTFT) in force?"""
-        return any(self.samples(key, v) >= cfg.min_samples for v in (DECODE_TIME, _TTFT))
+        """Does ``key`` have a step correction (decode or prefill step, p99 TTFT) in force?"""
+        return any(self.samples(key, v) >= cfg.min_samples for v in (*_STEPS, _TTFT))
 
     def record(
         self,
@@ -223,11 +226,17 @@ def correction_fn(
         held = state.signatures.get(key)
         ttft = quantized(factor(Outcome.TTFT.value), cc.quantum)
         decode = quantized(factor(DECODE_TIME), cc.quantum)
+        prefill = quantized(factor(PREFILL_TIME), cc.quantum)
         if held is not None:
             ttft = sticky(held[0], ttft, cc.hysteresis)
             decode = sticky(held[1], decode, cc.hysteresis)
+            if len(held) > _PREFILL_INDEX:  # a signature from before prefill corrections has none
+                prefill = sticky(held[_PREFILL_INDEX], prefill, cc.hysteresis)
         result = RankCorrection(
-            decode_time=decode, outcomes={Outcome.TTFT: ttft}, mediators=mediators
+            prefill_time=prefill,
+            decode_time=decode,
+            outcomes={Outcome.TTFT: ttft},
+            mediators=mediators,
         )
         cache[chain] = result
         return result
@@ -248,20 +257,30 @@ def quantized(factor: float, quantum: float) -> float:
 
 
 def correction_signature(c: RankCorrection) -> tuple[float, ...]:
-    """The correction in force, as the comparable tuple the state remembers per stratum."""
-    return (c.outcome(Outcome.TTFT), c.decode_time, *(c.mediator(m) for m in Mediator))
+    """The correction in force, as the comparable tuple the state remembers per stratum:
+    TTFT factor, decode step, the mediators, prefill step (last: a checkpoint written before
+    prefill corrections holds signatures without it)."""
+    return (
+        c.outcome(Outcome.TTFT),
+        c.decode_time,
+        *(c.mediator(m) for m in Mediator),
+        c.prefill_time,
+    )
 
 
 _MEDIATOR_INDEX = {m.value: 2 + k for k, m in enumerate(Mediator)}
+_PREFILL_INDEX = 2 + len(Mediator)
 
 
 def correction_moved(
     a: Sequence[float], b: Sequence[float], variable: str, threshold: float
 ) -> bool:
     """Did a correction that ``variable``'s prediction depends on move by more than
-    ``threshold`` (relative)?  Every variable depends on the decode-step and TTFT factors
-    (index 0 and 1); a mediator also on its own factor."""
+    ``threshold`` (relative)?  Every variable depends on the TTFT factor and the two step
+    factors (index 0, 1 and the last); a mediator also on its own factor."""
     index = [0, 1]
+    if min(len(a), len(b)) > _PREFILL_INDEX:
+        index.append(_PREFILL_INDEX)
     if variable in _MEDIATOR_INDEX:
         index.append(_MEDIATOR_INDEX[variable])
     return any(abs(math.log(b[i] / a[i])) > threshold for i in index)
@@ -304,17 +323,22 @@ def correction_samples(
     *,
     regime: Regime = Regime.STEADY,
     settled: bool = True,
+    capacity_of: CapacityOf | None = None,
+    max_factor: float = math.inf,
 ) -> list[tuple[str, str, float, float, float]]:
     """Implied correction samples from one observation (see the module docstring).
 
     Variables the observation did not measure give no sample.  A window out of steady state
-    (:mod:`koi.planner._regime`) gives only the decode-step sample of an overloaded,
-    ``settled`` rank's capacity."""
+    (:mod:`koi.planner._regime`) gives only the step samples of an overloaded, ``settled``
+    rank's capacity (:func:`capacity_samples`, which ``capacity_of`` and ``max_factor`` are
+    passed to)."""
     if regime is not Regime.STEADY:
         sample = capacity_sample(o, rp, settled=settled)
         if regime is not Regime.OVERLOADED or sample is None:
             return []
-        return [(skey, DECODE_TIME, in_force.decode_time, *sample)]
+        return capacity_samples(
+            skey, o, rp, in_force, *sample, capacity_of=capacity_of, max_factor=max_factor
+        )
     samples = []
     tpot_pred = rp.outcomes.p99_tpot_ms
     if (tpot := observed_value(o, Outcome.TPOT.value, tpot_pred)) is not None:
@@ -329,3 +353,59 @@ def correction_samples(
         if (obs := observed_value(o, m.value, pred)) is not None:
             samples.append((skey, m.value, in_force.mediator(m), obs, pred))
     return samples
+
+
+#: One replica's predicted capacity of the observed chain under a given correction.
+CapacityOf = Callable[[RankCorrection], "float | None"]
+
+
+def capacity_samples(
+    skey: str,
+    o: Observation,
+    rp: RankPrediction,
+    in_force: RankCorrection,
+    capacity: float,
+    served: float,
+    *,
+    capacity_of: CapacityOf | None = None,
+    max_factor: float = math.inf,
+) -> list[tuple[str, str, float, float, float]]:
+    """The step samples of an overloaded window that served ``served`` of a predicted
+    ``capacity``: which phase the observations show slow decides which step is corrected.
+
+    The window's p99 TPOT still measures the decode step (the batch runs flat out).  When it is
+    at least as far above its prediction as the capacity is below (or was not measured, or no
+    ``capacity_of`` is given), the decode step explains the miss and takes the capacity sample.
+    When it is not — on homo-12h Mistral-Small on TP 4 served a quarter of its predicted
+    capacity at the predicted TPOT — the decode step is corrected from the TPOT it showed and
+    the prefill step takes the rest: the factor that brings the predicted capacity down to what
+    was served, from the capacity's elasticity in the prefill step at the factor in force
+    (``capacity_of`` at the prefill step doubled).  If no prefill factor within
+    ``max_factor`` explains the rest, the decode step takes the capacity sample, as before.
+    Learned from capacity alone, that chain's decode step was 4-5x too slow, every ladder was
+    predicted past its TPOT bound and C3 rejected them all.
+    """
+    decode_sample = (skey, DECODE_TIME, in_force.decode_time, capacity, served)
+    tpot_pred = rp.outcomes.p99_tpot_ms
+    tpot = observed_value(o, Outcome.TPOT.value, tpot_pred)
+    short = capacity / served
+    if capacity_of is None or tpot is None:
+        return [decode_sample]
+    if not (0.0 < tpot < math.inf and 0.0 < tpot_pred < math.inf) or tpot / tpot_pred >= short:
+        return [decode_sample]
+    decode = in_force.decode_time * tpot / tpot_pred
+    prefill = in_force.prefill_time
+    base = capacity_of(in_force)
+    at_decode = capacity_of(attrs.evolve(in_force, decode_time=decode))
+    doubled = capacity_of(attrs.evolve(in_force, decode_time=decode, prefill_time=2 * prefill))
+    if not (base and at_decode and doubled) or min(base, at_decode, doubled) <= 0:
+        return [decode_sample]
+    rest = short * at_decode / base  # still missing once the decode step is what TPOT showed
+    tpot_sample = (skey, DECODE_TIME, in_force.decode_time, tpot, tpot_pred)
+    if rest <= 1.0:
+        return [tpot_sample]
+    elasticity = math.log(at_decode / doubled) / math.log(2.0)
+    if elasticity <= 0.0 or math.log(rest) / elasticity > math.log(max_factor / prefill):
+        return [decode_sample]
+    implied = rest ** (1.0 / elasticity)
+    return [tpot_sample, (skey, PREFILL_TIME, prefill, implied, 1.0)]

@@ -23,6 +23,7 @@ from koi.cusum import Detector, classify
 from koi.dag import CausalDag, RankContext, exercised_decisions, node_name
 from koi.planner._corrections import (
     DECODE_TIME,
+    PREFILL_TIME,
     CorrectionStore,
     compared_pairs,
     correction_fn,
@@ -203,7 +204,23 @@ def compare(
             covered.extend(_covered(o, rp.outcomes, state, stratum, cfg, regime))
             entry = state.ledger[(job_id, o.chain)]
             settled = entry.committed_s < o.start_s and entry.replicas == o.replicas_up
-            mine = correction_samples(skey, o, rp, in_force, regime=regime, settled=settled)
+            chain = o.chain
+
+            def capacity_of(
+                c: RankCorrection, chain: Chain = chain, job: Job = job
+            ) -> float | None:
+                return surrogate.capacity(job, chain, corrections=lambda _c: c)
+
+            mine = correction_samples(
+                skey,
+                o,
+                rp,
+                in_force,
+                regime=regime,
+                settled=settled,
+                capacity_of=capacity_of,
+                max_factor=cfg.corrections.max_factor,
+            )
             samples.extend(mine)
             if ckey != skey:  # and the chain's own (koi.planner._corrections.correction_key)
                 samples.extend((ckey, *sample[1:]) for sample in mine)
@@ -287,7 +304,7 @@ def update(
         if variable in _STEP_OUTCOMES:
             # Latency and throughput all derive from step times: a persistent change in any
             # of them means the step-time corrections of the stratum are stale.
-            stale.update(((skey, DECODE_TIME), (skey, Outcome.TTFT.value)))
+            stale.update(((skey, DECODE_TIME), (skey, PREFILL_TIME), (skey, Outcome.TTFT.value)))
         detectors[(skey, variable)] = detectors[(skey, variable)].reset()
     # What is stale is the evidence from before the change; this tick's samples measure the
     # world after it, so they are recorded after the reset.  Recorded before it, a divergence
