@@ -14,7 +14,7 @@ import pytest
 
 from koi.config import KoiConfig
 from koi.planner import Planner, TickResult
-from koi.planner._corrections import DECODE_TIME, PREFILL_TIME, correction_key
+from koi.planner._corrections import DECODE_TIME, PREFILL_TIME, correction_fn, correction_key
 from koi.planner._regime import Regime, compared_on, window_regime
 from koi.planner._strata import stratum_for
 from koi.surrogate import RankCorrection, Surrogate
@@ -245,3 +245,39 @@ def test_a_capacity_miss_at_the_predicted_tpot_corrects_the_prefill_step() -> No
     assert prior is not None
     assert learned is not None
     assert learned / prior == pytest.approx(0.4, rel=0.15)  # the capacity it served
+
+
+def test_a_capacity_miss_no_prefill_step_explains_keeps_the_measured_tpot() -> None:
+    """A chat job (capacity barely moves with the prefill step) serves 40 % of its predicted
+    capacity at the TPOT the prior predicts: the decode step takes the capacity miss (2.5x, the
+    sizing then matches what was served) and a TPOT factor keeps the corrected TPOT at what
+    the window measured, not 2.5 times it (which put every ladder past its TPOT bound)."""
+    planner, result, ladder = _after_window()
+    assert not result.fallback, result.errors
+    corr = correction_fn(
+        planner.state, JOB, gpus=CATALOG.gpus, models=CATALOG.models, cfg=planner.config
+    )
+    assert corr(ladder.ranks[0].chain).decode_time == pytest.approx(2.5, rel=0.05)
+    surrogate = Surrogate(CATALOG.gpus, CATALOG.models)
+    measured = surrogate.screen(JOB, ladder, now_s=300.0).outcomes.p99_tpot_ms  # as observed
+    corrected = surrogate.screen(JOB, ladder, now_s=300.0, corrections=corr).outcomes.p99_tpot_ms
+    assert corrected == pytest.approx(measured, rel=0.25)
+
+
+def test_a_rank_short_of_its_replicas_still_gives_a_capacity_sample() -> None:
+    """Committed with two replicas, one came up: the rank ran unchanged through the window
+    at one replica, so its throughput is that replica's capacity (before, a rank whose
+    replicas never all came up never gave a capacity sample and stayed overloaded on the
+    prior's prediction for the whole run: chat-70b on homo-12h)."""
+    planner = _planner()
+    placed = planner.tick(ClusterSnapshot(0.0, [JOB], POOLS, []))
+    ladder = placed.plan.action(JOB.id).ladder
+    (rank,) = ladder.ranks
+    assert rank.replicas >= 2
+    up = Ladder((attrs.evolve(rank, replicas=rank.replicas - 1),))
+    obs = _observations(up, start_s=300.0, served=0.4, ttft_ms=60_000.0)
+    running = ClusterSnapshot(600.0, [JOB], POOLS, [ActiveDeployment(JOB.id, ladder, 0.0)])
+    result = planner.tick(running, obs, launch=False)
+    assert not result.fallback, result.errors
+    key, cc = _stratum(planner, ladder), planner.config.corrections
+    assert planner.state.corrections.factor(key, DECODE_TIME, cc) == pytest.approx(2.5, rel=0.05)

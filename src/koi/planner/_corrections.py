@@ -51,6 +51,7 @@ DECODE_TIME = "decode_time"
 PREFILL_TIME = "prefill_time"
 _STEPS = (DECODE_TIME, PREFILL_TIME)
 _TTFT = Outcome.TTFT.value
+_TPOT = Outcome.TPOT.value
 
 # Additive floors keep ratios of near-zero quantities (an empty queue) from exploding.
 _FLOORS: Mapping[str, float] = {
@@ -102,7 +103,7 @@ class CorrectionStore:
 
     def has_evidence(self, key: str, cfg: CorrectionConfig) -> bool:
         """Does ``key`` have a step correction (decode or prefill step, p99 TTFT) in force?"""
-        return any(self.samples(key, v) >= cfg.min_samples for v in (*_STEPS, _TTFT))
+        return any(self.samples(key, v) >= cfg.min_samples for v in (*_STEPS, _TTFT, _TPOT))
 
     def record(
         self,
@@ -227,15 +228,18 @@ def correction_fn(
         ttft = quantized(factor(Outcome.TTFT.value), cc.quantum)
         decode = quantized(factor(DECODE_TIME), cc.quantum)
         prefill = quantized(factor(PREFILL_TIME), cc.quantum)
+        tpot = quantized(factor(_TPOT), cc.quantum)
         if held is not None:
             ttft = sticky(held[0], ttft, cc.hysteresis)
             decode = sticky(held[1], decode, cc.hysteresis)
             if len(held) > _PREFILL_INDEX:  # a signature from before prefill corrections has none
                 prefill = sticky(held[_PREFILL_INDEX], prefill, cc.hysteresis)
+            if len(held) > _TPOT_INDEX:
+                tpot = sticky(held[_TPOT_INDEX], tpot, cc.hysteresis)
         result = RankCorrection(
             prefill_time=prefill,
             decode_time=decode,
-            outcomes={Outcome.TTFT: ttft},
+            outcomes={Outcome.TTFT: ttft, Outcome.TPOT: tpot},
             mediators=mediators,
         )
         cache[chain] = result
@@ -258,18 +262,20 @@ def quantized(factor: float, quantum: float) -> float:
 
 def correction_signature(c: RankCorrection) -> tuple[float, ...]:
     """The correction in force, as the comparable tuple the state remembers per stratum:
-    TTFT factor, decode step, the mediators, prefill step (last: a checkpoint written before
-    prefill corrections holds signatures without it)."""
+    TTFT factor, decode step, the mediators, prefill step, TPOT factor (the last two last: a
+    checkpoint written before they were learned holds signatures without them)."""
     return (
         c.outcome(Outcome.TTFT),
         c.decode_time,
         *(c.mediator(m) for m in Mediator),
         c.prefill_time,
+        c.outcome(Outcome.TPOT),
     )
 
 
 _MEDIATOR_INDEX = {m.value: 2 + k for k, m in enumerate(Mediator)}
 _PREFILL_INDEX = 2 + len(Mediator)
+_TPOT_INDEX = _PREFILL_INDEX + 1
 
 
 def correction_moved(
@@ -277,10 +283,9 @@ def correction_moved(
 ) -> bool:
     """Did a correction that ``variable``'s prediction depends on move by more than
     ``threshold`` (relative)?  Every variable depends on the TTFT factor and the two step
-    factors (index 0, 1 and the last); a mediator also on its own factor."""
+    factors and the TPOT factor; a mediator also on its own factor."""
     index = [0, 1]
-    if min(len(a), len(b)) > _PREFILL_INDEX:
-        index.append(_PREFILL_INDEX)
+    index.extend(i for i in (_PREFILL_INDEX, _TPOT_INDEX) if min(len(a), len(b)) > i)
     if variable in _MEDIATOR_INDEX:
         index.append(_MEDIATOR_INDEX[variable])
     return any(abs(math.log(b[i] / a[i])) > threshold for i in index)
@@ -324,20 +329,28 @@ def correction_samples(
     regime: Regime = Regime.STEADY,
     settled: bool = True,
     capacity_of: CapacityOf | None = None,
+    tpot_of: TpotOf | None = None,
     max_factor: float = math.inf,
 ) -> list[tuple[str, str, float, float, float]]:
     """Implied correction samples from one observation (see the module docstring).
 
     Variables the observation did not measure give no sample.  A window out of steady state
     (:mod:`koi.planner._regime`) gives only the step samples of an overloaded, ``settled``
-    rank's capacity (:func:`capacity_samples`, which ``capacity_of`` and ``max_factor`` are
-    passed to)."""
+    rank's capacity (:func:`capacity_samples`, which ``capacity_of``, ``tpot_of`` and
+    ``max_factor`` are passed to)."""
     if regime is not Regime.STEADY:
         sample = capacity_sample(o, rp, settled=settled)
         if regime is not Regime.OVERLOADED or sample is None:
             return []
         return capacity_samples(
-            skey, o, rp, in_force, *sample, capacity_of=capacity_of, max_factor=max_factor
+            skey,
+            o,
+            rp,
+            in_force,
+            *sample,
+            capacity_of=capacity_of,
+            tpot_of=tpot_of,
+            max_factor=max_factor,
         )
     samples = []
     tpot_pred = rp.outcomes.p99_tpot_ms
@@ -357,6 +370,8 @@ def correction_samples(
 
 #: One replica's predicted capacity of the observed chain under a given correction.
 CapacityOf = Callable[[RankCorrection], "float | None"]
+#: The observed rank's p99 TPOT predicted at the window's traffic under a given correction.
+TpotOf = Callable[[RankCorrection], "float | None"]
 
 
 def capacity_samples(
@@ -368,6 +383,7 @@ def capacity_samples(
     served: float,
     *,
     capacity_of: CapacityOf | None = None,
+    tpot_of: TpotOf | None = None,
     max_factor: float = math.inf,
 ) -> list[tuple[str, str, float, float, float]]:
     """The step samples of an overloaded window that served ``served`` of a predicted
@@ -381,9 +397,13 @@ def capacity_samples(
     the prefill step takes the rest: the factor that brings the predicted capacity down to what
     was served, from the capacity's elasticity in the prefill step at the factor in force
     (``capacity_of`` at the prefill step doubled).  If no prefill factor within
-    ``max_factor`` explains the rest, the decode step takes the capacity sample, as before.
-    Learned from capacity alone, that chain's decode step was 4-5x too slow, every ladder was
-    predicted past its TPOT bound and C3 rejected them all.
+    ``max_factor`` explains the rest (the surrogate's capacity barely moves with its prefill
+    step), the decode step takes the capacity sample — the only step that moves the capacity
+    that much — and p99 TPOT gets a direct outcome factor (as TTFT does) that keeps it at
+    what the window measured (``tpot_of`` predicts it with the new decode step).  Either way
+    the corrected prediction agrees with both measurements.  Learned from capacity alone,
+    Mistral-Small's decode step was 4-5x too slow, every ladder was predicted past its TPOT
+    bound and C3 rejected them all.
     """
     decode_sample = (skey, DECODE_TIME, in_force.decode_time, capacity, served)
     tpot_pred = rp.outcomes.p99_tpot_ms
@@ -406,6 +426,10 @@ def capacity_samples(
         return [tpot_sample]
     elasticity = math.log(at_decode / doubled) / math.log(2.0)
     if elasticity <= 0.0 or math.log(rest) / elasticity > math.log(max_factor / prefill):
-        return [decode_sample]
+        slower = attrs.evolve(in_force, decode_time=in_force.decode_time * short)
+        tpot_at = tpot_of(slower) if tpot_of is not None else None
+        if tpot_at is None or not 0.0 < tpot_at < math.inf:
+            return [decode_sample]
+        return [decode_sample, (skey, _TPOT, in_force.outcome(Outcome.TPOT), tpot, tpot_at)]
     implied = rest ** (1.0 / elasticity)
     return [tpot_sample, (skey, PREFILL_TIME, prefill, implied, 1.0)]

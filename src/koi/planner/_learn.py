@@ -203,13 +203,19 @@ def compare(
                 new_residuals.append((stratum, variable, r))
             covered.extend(_covered(o, rp.outcomes, state, stratum, cfg, regime))
             entry = state.ledger[(job_id, o.chain)]
-            settled = entry.committed_s < o.start_s and entry.replicas == o.replicas_up
+            # Unchanged through the window: committed before it, and no replica came up during
+            # it (fewer up than committed is a rank that never got the rest: its capacity is
+            # still that of the replicas up; before, such a rank never gave a capacity sample).
+            settled = entry.committed_s < o.start_s and o.replicas_up <= entry.replicas
             chain = o.chain
 
             def capacity_of(
                 c: RankCorrection, chain: Chain = chain, job: Job = job
             ) -> float | None:
                 return surrogate.capacity(job, chain, corrections=lambda _c: c)
+
+            def tpot_of(c: RankCorrection, o: Observation = o, job: Job = job) -> float | None:
+                return _rank_tpot(surrogate, job, o, c)
 
             mine = correction_samples(
                 skey,
@@ -219,6 +225,7 @@ def compare(
                 regime=regime,
                 settled=settled,
                 capacity_of=capacity_of,
+                tpot_of=tpot_of,
                 max_factor=cfg.corrections.max_factor,
             )
             samples.extend(mine)
@@ -304,7 +311,10 @@ def update(
         if variable in _STEP_OUTCOMES:
             # Latency and throughput all derive from step times: a persistent change in any
             # of them means the step-time corrections of the stratum are stale.
-            stale.update(((skey, DECODE_TIME), (skey, PREFILL_TIME), (skey, Outcome.TTFT.value)))
+            stale.update(
+                (skey, v)
+                for v in (DECODE_TIME, PREFILL_TIME, Outcome.TTFT.value, Outcome.TPOT.value)
+            )
         detectors[(skey, variable)] = detectors[(skey, variable)].reset()
     # What is stale is the evidence from before the change; this tick's samples measure the
     # world after it, so they are recorded after the reset.  Recorded before it, a divergence
@@ -366,6 +376,16 @@ def _predict_observed(
     if not pred.feasible:
         return {}
     return {rp.rank.chain: rp for rp in pred.ranks}
+
+
+def _rank_tpot(surrogate: Surrogate, job: Job, o: Observation, c: RankCorrection) -> float | None:
+    """p99 TPOT of ``o``'s rank alone at the traffic its window carried, under ``c``."""
+    if job.is_online:
+        rate = o.requests / max(o.end_s - o.start_s, 1e-9)
+        job = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=max(rate, 1e-6)))
+    ladder = Ladder((Rank(o.chain, max(o.replicas_up, 1)),))
+    pred = surrogate.screen(job, ladder, now_s=o.start_s, corrections=lambda _c: c)
+    return pred.outcomes.p99_tpot_ms if pred.feasible else None
 
 
 def _residual(variable: str, observed: float, predicted: float) -> float:
