@@ -8,15 +8,16 @@ corrects every other rank of the stratum for a backlog they do not have.  What s
 measures reliably is how much the rank served — its capacity — and at what cost.
 
 So S2 compares an overloaded window (completions short of arrivals by more than the
-tolerance) on throughput and cost only, and takes its capacity as a sample of the decode step
-correction; a window that carried a backlog (its queue held more than the tolerance of the
-window's arrivals) or drained one (completions above arrivals by more than the tolerance)
+tolerance) on throughput and cost only, and takes its capacity as a sample of the step
+correction of the phase its p99 TPOT shows slow (``_corrections.capacity_samples``); a
+window that carried a backlog (its queue held more than the tolerance of the window's
+arrivals) or drained one (completions above arrivals by more than the tolerance)
 likewise, without the capacity sample (its backlog may have emptied part-way).  Latencies,
 mediators, the risk band's residuals, band coverage and the detectors then learn only from
 windows in steady state.
 
-Why the decode step: the surrogate's capacity is mostly set by its decode step (on one H100
-replica, doubling the decode time cuts capacity by 45–50 % for most online jobs of the
+Why the decode step by default: the surrogate's capacity is mostly set by its decode step (on one
+H100 replica, doubling the decode time cuts capacity by 45–50 % for most online jobs of the
 benchmark mix, doubling the prefill time by 0–10 %; the jobs with a handful of output tokens
 and a prefill-bound TP-4 chain are the exceptions), so the implied factor ``in force ×
 predicted capacity / served`` is about the one that explains the window, and where capacity
@@ -75,8 +76,8 @@ def capacity_sample(
     """``(predicted capacity, observed throughput)`` of an overloaded window, or ``None``.
 
     The rank served flat out, so its throughput is its capacity, and a slower step is what
-    lowers a capacity: the caller records the pair as ``(observed, predicted)`` of the decode
-    step factor (see the module docstring).  ``settled``: the rank ran unchanged
+    lowers a capacity: the caller turns the pair into step samples (see the module
+    docstring).  ``settled``: the rank ran unchanged
     through the whole window — in the window after a launch or resize, part of it was still
     starting and its throughput understates what it can serve.
     """
