@@ -430,6 +430,10 @@ def capacity_samples(
         tpot_at = tpot_of(slower) if tpot_of is not None else None
         if tpot_at is None or not 0.0 < tpot_at < math.inf:
             return [decode_sample]
+        # The factor only takes back what the slower decode step added: between the measured
+        # TPOT (factor 1) and the prediction scaled with the step (a saturated prediction can
+        # grow faster than its step; a factor learned from that would be optimistic below it).
+        tpot_at = min(max(tpot_at, tpot), tpot_pred * short)
         return [decode_sample, (skey, _TPOT, in_force.outcome(Outcome.TPOT), tpot, tpot_at)]
     implied = rest ** (1.0 / elasticity)
     return [tpot_sample, (skey, PREFILL_TIME, prefill, implied, 1.0)]

@@ -379,9 +379,10 @@ def _predict_observed(
 
 
 def _rank_tpot(surrogate: Surrogate, job: Job, o: Observation, c: RankCorrection) -> float | None:
-    """p99 TPOT of ``o``'s rank alone at the traffic its window carried, under ``c``."""
+    """p99 TPOT of ``o``'s rank alone at the rate its overloaded window served (what it
+    completed: arrivals beyond it only queued), under ``c``."""
     if job.is_online:
-        rate = o.requests / max(o.end_s - o.start_s, 1e-9)
+        rate = min(o.requests, o.completed) / max(o.end_s - o.start_s, 1e-9)
         job = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=max(rate, 1e-6)))
     ladder = Ladder((Rank(o.chain, max(o.replicas_up, 1)),))
     pred = surrogate.screen(job, ladder, now_s=o.start_s, corrections=lambda _c: c)
