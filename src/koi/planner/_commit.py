@@ -67,18 +67,16 @@ def selection_problem(
 ) -> SelectionProblem:
     """Every valid candidate of the tick, the pools, the swap budget, priorities and quotas.
 
-    ``failing`` names the jobs telemetry shows not clear of their target (struggling online
-    jobs, late batch jobs); each running one adds one to the swap budget
-    (:func:`koi.calibration.swap_budget`'s ``repairs``).
-
     A finished job that is still deployed is stopped outside the selection: its GPUs stay
     taken for this tick (the host frees them when it applies the stop), so nothing placed now
     can collide with them.  ``jobs`` are the unfinished jobs.  A stop is guarded
     (:func:`guarded_stop`; a serving online job with the ``serve_best_effort`` policy gets none
     unless forced, :func:`serves_to_the_end`) and, on pools shrunk under what holds them
-    (``over``), a move is break-before-make (:func:`shed_transient`).
+    (``over``), a move is break-before-make (:func:`shed_transient`).  Each running job in
+    ``failing`` (telemetry shows it missing its target) adds a repair to the swap budget.
     """
     over = over or {}
+    repairs = set(failing) & {a.job_id for a in snapshot.active}
     planned = {j.id for j in jobs}
     held = {a.job_id: a.ladder.gpus_by_pool() for a in snapshot.active if a.job_id in planned}
     stopping: Counter[str] = Counter()
@@ -115,10 +113,7 @@ def selection_problem(
         pools=pools,
         exploration_weights=evaluator.exploration_weights(),
         swap_budget=swap_budget(
-            state.calibration.regret,
-            len(snapshot.active),
-            cfg.calibration,
-            repairs=len(set(failing) & {a.job_id for a in snapshot.active}),
+            state.calibration.regret, len(snapshot.active), cfg.calibration, repairs=len(repairs)
         ),
         priority={j.id: j.priority for j in jobs},
         quota_group={j.id: j.quota_group for j in jobs if j.quota_group is not None},

@@ -5,6 +5,11 @@ replicas that actually came up and the traffic the window actually carried.  A p
 stamped at the committed load and compared against another load would blame the surrogate for
 the host's traffic (a trap DESIGN §14 names).  The committed prediction stays in the ledger for
 audit; length drift, slow replicas and engine changes still show up as residuals.
+
+Longer than most modules: S3 consumes S2's comparison in the same tick, and the detectors,
+correction samples and residuals it resets or records are the ones S2 stepped and collected;
+kept together, the order of those steps (a reset before this tick's samples are recorded) is
+visible in one place.
 """
 
 from __future__ import annotations
