@@ -141,3 +141,21 @@ def test_a_chain_with_evidence_of_its_own_takes_nothing_from_its_stratum() -> No
     # A chain with no evidence of its own takes the stratum's, both factors together.
     untried = attrs.evolve(slow_chain, config=Config(tp=2, quant=Quant.FP8))
     assert fn(untried).outcome(Outcome.TTFT) == pytest.approx(0.2, rel=0.03)
+
+
+def test_a_model_that_ran_slow_elsewhere_starts_slow_on_an_untried_gpu_type() -> None:
+    # The slow model ran 3x slower than predicted on H100; on another GPU type where its
+    # stratum has no evidence it starts from that miss, not from the prior (which made jobs
+    # hop from one GPU type to the next, each looking fast until tried).  Another model gets
+    # nothing from it, and a stratum with evidence of its own keeps precedence.
+    planner = _learned()
+    other = next(e for e in CATALOG.environments(clouds=["aws"]) if e.gpu != ENV.gpu)
+    untried = Chain(SLOW.model, other, Config(tp=1, quant=Quant.FP8))
+    assert _decode(planner, SLOW, untried) == pytest.approx(3.0, rel=0.03)
+    stranger = Chain("Llama-3.2-1B", other, Config(tp=1, quant=Quant.FP8))
+    assert _decode(planner, SLOW, stranger) == 1.0
+    cc = planner.config.corrections
+    skey = stratum_for(untried, CATALOG.models[SLOW.model], planner.config).key
+    store = planner.state.corrections.record([(skey, DECODE_TIME, 1.0, 1.5, 1.0)], cc)
+    planner.state = attrs.evolve(planner.state, corrections=store)
+    assert _decode(planner, SLOW, untried) == pytest.approx(1.5, rel=0.03)
