@@ -7,7 +7,7 @@ import pytest
 from tests._support.specs import gpus, models
 
 from koi.surrogate import OperatorModel, SurrogateConfig
-from koi.types import Config
+from koi.types import Config, GpuSpec
 
 
 def _decode(m: OperatorModel, seqs: int, ctx: int) -> float:
@@ -36,14 +36,17 @@ def test_prefill_attention_is_quadratic() -> None:
 def test_tp_helps_more_on_nvlink_than_on_pcie_without_p2p() -> None:
     model = models()["Llama-3.1-8B"]
 
-    def speedup(gpu: str) -> float:
-        one = _decode(OperatorModel(gpus()[gpu], model, Config(tp=1, quant="fp8")), 64, 1000)
-        four = _decode(OperatorModel(gpus()[gpu], model, Config(tp=4, quant="fp8")), 64, 1000)
+    def speedup(spec: GpuSpec) -> float:
+        one = _decode(OperatorModel(spec, model, Config(tp=1, quant="fp8")), 64, 1000)
+        four = _decode(OperatorModel(spec, model, Config(tp=4, quant="fp8")), 64, 1000)
         return one / four
 
-    assert gpus()["L40S"].link == "pcie_no_p2p"
-    assert speedup("H100-SXM") > 1.3
-    assert speedup("H100-SXM") > speedup("L40S") * 1.2
+    l40s = gpus()["L40S"]
+    assert l40s.link == "pcie_no_p2p"
+    assert speedup(gpus()["H100-SXM"]) > 1.3
+    # The same L40S GPUs (same efficiencies) with an NVLink-class link: only the link differs.
+    nvlinked = attrs.evolve(l40s, link="nvlink", link_gb_s=450.0)
+    assert speedup(nvlinked) > speedup(l40s) * 1.2
     pcie = OperatorModel(gpus()["L40S"], model, Config(tp=4)).breakdown(
         prefill_tokens=0, prefill_pairs=0, decode_seqs=64, decode_context_tokens=64000
     )

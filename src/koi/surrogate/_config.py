@@ -35,7 +35,10 @@ class Efficiency:
     it; 0 turns the limit off.  ``allreduce_sync_us`` is a fixed cost per tensor-parallel
     all-reduce and per ``⌈log2 tp⌉`` on top of the link's collective latency (the engine's
     all-reduce kernel and the GPUs' synchronisation, as measured in serving rather than in NCCL
-    tests).  Collective bandwidth is per interconnect kind (:class:`Collective`).
+    tests).  ``fp8_gemm`` is the large-GEMM efficiency against the FP8 peak when the weights run
+    on FP8 tensor cores (FP8, and INT4 as W4A8); 0 means ``gemm`` (GPUs whose FP8 kernels reach the
+    same fraction of their FP8 peak as BF16 ones of theirs).  Collective bandwidth is per
+    interconnect kind (:class:`Collective`).
     """
 
     gemm: float = attrs.field(default=0.7, validator=fraction)
@@ -44,6 +47,7 @@ class Efficiency:
     memory: float = attrs.field(default=0.8, validator=fraction)
     decode_attention_units: float = attrs.field(default=0.0, validator=non_negative)
     allreduce_sync_us: float = attrs.field(default=0.0, validator=non_negative)
+    fp8_gemm: float = attrs.field(default=0.0, validator=fraction)
 
 
 @attrs.frozen
@@ -152,7 +156,13 @@ _VENDORS = {
 # Llama-3-8B/70B); memory, the small-batch KV limit and the all-reduce sync cost fitted on its
 # concurrency-1 rows (benchmarks/fit_decode.py); the rest are the NVIDIA priors
 # (docs/surrogate.md, "Constants").  Other GPUs keep the priors until fit-split rows measure them.
+# L40S: fitted on measured single-kernel latencies of vLLM 0.24.0 on an L40S (benchmarks/
+# fit_ops.py, tests/surrogate/data/l40s_ops.csv); its FP8 GEMMs reach a smaller share of their
+# peak than its BF16 ones.  L4: the same Ada Lovelace SM and kernels, no measurements of its own.
+_ADA = Efficiency(gemm=0.7, fp8_gemm=0.46, gemm_half_tokens=192.0, attention=0.5, memory=0.74)
 _GPUS = {
+    "L40S": _ADA,
+    "L4": _ADA,
     "A100-80GB": Efficiency(
         gemm=0.45,
         gemm_half_tokens=48.0,

@@ -112,12 +112,22 @@ class OperatorModel:
         return model_parameters(self.model)
 
     @cached_property
-    def gemm_peak_flops(self) -> float:
-        """Peak FLOP/s of the GEMM math format the quantization allows on this GPU."""
+    def _gemm_format(self) -> str:
+        """The tensor-core format the GEMMs run in: ``int4``, ``fp8`` or ``bf16``."""
         q, g = self.config.quant, self.gpu
         if q is Quant.INT4 and self.cfg.int4_activations and g.int4_tflops:
-            return g.int4_tflops * _TERA
+            return "int4"
         if q in (Quant.FP8, Quant.INT4) and g.fp8_tflops:
+            return "fp8"
+        return "bf16"
+
+    @cached_property
+    def gemm_peak_flops(self) -> float:
+        """Peak FLOP/s of the GEMM math format the quantization allows on this GPU."""
+        g, fmt = self.gpu, self._gemm_format
+        if fmt == "int4" and g.int4_tflops:
+            return g.int4_tflops * _TERA
+        if fmt == "fp8" and g.fp8_tflops:
             return g.fp8_tflops * _TERA
         return g.bf16_tflops * _TERA
 
@@ -164,10 +174,12 @@ class OperatorModel:
         if c.tp > 1:
             ar_fixed += e.allreduce_sync_us * 1e-6 * math.ceil(math.log2(c.tp))
         eager = 0.0 if c.cuda_graphs else ov.eager_launch_us_per_layer * 1e-6 * m.layers
+        # FP8 tensor cores may reach a different share of their peak than BF16 ones (Ada).
+        on_fp8 = self._gemm_format == "fp8"
         return (
             float(c.tp),
             float(c.pp),
-            e.gemm,
+            e.fp8_gemm if on_fp8 and e.fp8_gemm > 0 else e.gemm,
             e.gemm_half_tokens,
             self.gemm_peak_flops,
             p.shared_linear * bpp / (c.tp * hbm),  # dense weight streaming time
