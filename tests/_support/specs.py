@@ -42,3 +42,15 @@ def gpus() -> dict[str, GpuSpec]:
 @cache
 def models() -> dict[str, ModelSpec]:
     return {r["name"]: from_data(r, ModelSpec) for r in _load("models.toml", "models")}
+
+
+@cache
+def measured_models() -> dict[str, ModelSpec]:
+    """The catalog's models and the accuracy fixture's extra ones (models it measures that the
+    catalog does not ship: tests/surrogate/data/extra_models.toml)."""
+    path = Path(__file__).resolve().parent.parent / "surrogate" / "data" / "extra_models.toml"
+    rows: list[dict[str, Any]] = tomllib.loads(path.read_text(encoding="utf-8"))["models"]
+    extra = {
+        r["name"]: from_data({k: v for k, v in r.items() if k != "source"}, ModelSpec) for r in rows
+    }
+    return models() | extra

@@ -104,7 +104,11 @@ def test_pipeline_adds_bubbles_and_sendrecv() -> None:
 
 
 def test_engine_overhead_is_part_of_every_step() -> None:
-    cfg = SurrogateConfig()
+    base = SurrogateConfig()
+    # Without vLLM's sampling traffic (tested below), so that only the iteration costs differ.
+    engines = dict(base.engines)
+    engines["vllm"] = attrs.evolve(engines["vllm"], sampling_bytes_per_logit=0.0)
+    cfg = attrs.evolve(base, engines=engines)
     gpu, model = gpus()["H100-SXM"], models()["Llama-3.2-1B"]
     m = OperatorModel(gpu, model, Config(engine="vllm"), cfg=cfg)
     t = OperatorModel(gpu, model, Config(engine="trtllm"), cfg=cfg)
@@ -114,6 +118,30 @@ def test_engine_overhead_is_part_of_every_step() -> None:
         (r.base_ms + r.per_seq_ms - v.base_ms - v.per_seq_ms) * 1e-3
     )
     assert _decode(t, 1, 100) > r.base_ms * 1e-3
+
+
+def test_sampling_traffic_grows_with_the_batch_and_the_vocabulary() -> None:
+    cfg = SurrogateConfig()
+    engines = dict(cfg.engines)
+    bytes_per_logit = engines["vllm"].sampling_bytes_per_logit
+    assert bytes_per_logit > 0
+    engines["vllm"] = attrs.evolve(engines["vllm"], sampling_bytes_per_logit=0.0)
+    none = attrs.evolve(cfg, engines=engines)
+    gpu, model = gpus()["L4"], models()["Llama-3.1-8B"]
+
+    def extra(n: int) -> float:
+        with_s = _decode(OperatorModel(gpu, model, Config(), cfg=cfg), n, 500 * n)
+        without = _decode(OperatorModel(gpu, model, Config(), cfg=none), n, 500 * n)
+        return with_s - without
+
+    hbm = gpu.hbm_tb_s * 1e12 * cfg.efficiency_for("L4", "nvidia").memory
+    per_seq = model.vocab * bytes_per_logit / hbm
+    assert extra(1) == pytest.approx(per_seq, rel=1e-6)
+    assert extra(32) == pytest.approx(32 * per_seq, rel=1e-6)
+    # Bandwidth-bound: an H100 pays ~11x less per sequence than an L4.
+    h100 = _decode(OperatorModel(gpus()["H100-SXM"], model, Config(), cfg=cfg), 32, 16000)
+    h100_none = _decode(OperatorModel(gpus()["H100-SXM"], model, Config(), cfg=none), 32, 16000)
+    assert h100 - h100_none < extra(32) / 8
 
 
 def test_step_is_deterministic() -> None:

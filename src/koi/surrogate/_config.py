@@ -110,6 +110,10 @@ class EngineProfile:
     eager_launch_us_per_layer: float = attrs.field(default=120.0, validator=non_negative)
     graph_reserve_gib: float = attrs.field(default=0.5, validator=non_negative)
     comm_reserve_gib: float = attrs.field(default=0.4, validator=non_negative)
+    # Bytes of HBM traffic per logit of each sampled token (logits, temperature, penalties,
+    # softmax, top-k/top-p over the vocabulary): a per-sequence cost of every iteration that
+    # grows with the vocabulary and is bandwidth-bound (docs/surrogate.md §7 "PCIe GPUs").
+    sampling_bytes_per_logit: float = attrs.field(default=0.0, validator=non_negative)
     # Per-request latency outside the GPU iterations (HTTP frontend, tokenization, scheduling,
     # detokenized first chunk): added to every TTFT.  Fitted on the fit split (§7).
     request_floor_ms: float = attrs.field(default=0.0, validator=non_negative)
@@ -172,10 +176,18 @@ _GPUS = {
         allreduce_sync_us=12.0,
     ),
 }
-# trtllm base_ms: fitted on the fit split's concurrency-1 rows (benchmarks/fit_decode.py); the
-# other engine costs are engineering estimates (no fit-split rows for them on NVIDIA GPUs).
+# trtllm base_ms: fitted on the fit split's concurrency-1 rows (benchmarks/fit_decode.py); vllm
+# sampling_bytes_per_logit and request_floor_ms: fitted on the fit split's L4 rows
+# (benchmarks/fit_vllm.py, then benchmarks/fit_floor.py); the
+# other engine costs are engineering estimates (no fit-split rows measure them).
 _ENGINES = {
-    "vllm": EngineProfile(base_ms=1.2, per_seq_ms=0.012, chunk_admission=True),
+    "vllm": EngineProfile(
+        base_ms=1.2,
+        per_seq_ms=0.012,
+        chunk_admission=True,
+        sampling_bytes_per_logit=80.0,
+        request_floor_ms=50.0,
+    ),
     "sglang": EngineProfile(
         base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False, kv_memory_rule="static_fraction"
     ),

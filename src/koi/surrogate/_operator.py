@@ -25,9 +25,9 @@ _GIGA = 1e9
 #: a few suffice, since the step cache asks for each shape three times in a row, and every
 #: model the surrogate keeps holds its own.
 _SHAPE_MEMO = 16
-#: (micro-batches, compute, memory, core, KV fill factor, LM-head compute, comm, overhead, any
-#: tokens) of one batch shape.
-_Shape = tuple[float, float, float, float, float, float | None, float, float, bool]
+#: (micro-batches, compute, memory, core, KV fill factor, LM-head compute, LM-head and sampling
+#: memory, comm, overhead, any tokens) of one batch shape.
+_Shape = tuple[float, float, float, float, float, float | None, float, float, float, bool]
 
 
 @attrs.frozen
@@ -196,6 +196,8 @@ class OperatorModel:
             ov.per_seq_ms * 1e-3,
             eager,
             e.decode_attention_units / self._kv_heads_per_gpu,  # sequences that fill the GPU
+            # Sampling: each emitting sequence's logits over the vocabulary pass through HBM.
+            m.vocab * ov.sampling_bytes_per_logit / hbm,
         )
 
     def _parts(
@@ -203,8 +205,8 @@ class OperatorModel:
     ) -> tuple[tuple[float, float, float, float, float], ...]:
         """(compute, memory, comm, bubble, overhead) seconds per operation, as plain floats."""
         m, p = self.model, self._params
-        (tp, pp, g_eff, g_half, peak, w_dense, w_expert, attn_k, kv_k, lm_mem, bf16,
-         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager, fill) = self._consts  # fmt: skip
+        (tp, pp, g_eff, g_half, peak, w_dense, w_expert, attn_k, kv_k, lm_mem, bf16, ar_lat,
+         ar_byte, pp_lat, pp_byte, ov_base, ov_seq, eager, fill, logit) = self._consts  # fmt: skip
         tokens = prefill_tokens + decode_seqs
         emitting = decode_seqs + (1 if prefill_tokens else 0)
         mb = _micro_batches(pp, emitting)
@@ -246,7 +248,7 @@ class OperatorModel:
         # LM head: only sequences that emit a token this step.
         lm_head = (
             2.0 * emitting * p.lm_head / (tp * bf16 * eff(emitting)) if emitting else 0.0,
-            lm_mem if emitting else 0.0,
+            lm_mem + emitting * logit if emitting else 0.0,
             0.0,
             0.0,
             0.0,
@@ -292,8 +294,8 @@ class OperatorModel:
         bound, the KV read's fill factor, the LM head's compute (``None`` when nothing
         samples), collectives and the fixed overhead."""
         m, p = self.model, self._params
-        (tp, pp, g_eff, g_half, peak, w_dense, w_expert, _, _, _, bf16,
-         ar_lat, ar_byte, pp_lat, pp_byte, ov_base, ov_seq, _, fill) = self._consts  # fmt: skip
+        (tp, pp, g_eff, g_half, peak, w_dense, w_expert, _, _, lm_mem, bf16, ar_lat,
+         ar_byte, pp_lat, pp_byte, ov_base, ov_seq, _, fill, logit) = self._consts  # fmt: skip
         tokens = prefill_tokens + decode_seqs
         emitting = decode_seqs + (1 if prefill_tokens else 0)
         mb = _micro_batches(pp, emitting)
@@ -312,6 +314,7 @@ class OperatorModel:
             memory += m_moe
             core += max(c_moe, m_moe)
         c_lm = None
+        m_lm = lm_mem + emitting * logit
         if emitting:
             c_lm = (
                 2.0 * emitting * p.lm_head / (tp * bf16 * (g_eff * emitting / (emitting + g_half)))
@@ -321,7 +324,7 @@ class OperatorModel:
             comm += (pp - 1) * (pp_lat + micro * pp_byte)
         overhead = ov_base + ov_seq * emitting
         fill_factor = _kv_fill(fill, decode_seqs / mb)
-        return mb, compute, memory, core, fill_factor, c_lm, comm, overhead, tokens > 0
+        return mb, compute, memory, core, fill_factor, c_lm, m_lm, comm, overhead, tokens > 0
 
     def step(
         self,
@@ -344,8 +347,8 @@ class OperatorModel:
             if len(shapes) >= _SHAPE_MEMO:
                 shapes.clear()  # a memo, not state: start over rather than grow
             shape = shapes[key] = self._shape_terms(prefill_tokens, decode_seqs)
-        mb, compute, memory, core, fill_factor, c_lm, comm, overhead, busy = shape
-        (_, pp, _, _, _, _, _, attn_k, kv_k, lm_mem, _, _, _, _, _, _, _, eager, _) = self._consts
+        mb, compute, memory, core, fill_factor, c_lm, m_lm, comm, overhead, busy = shape
+        (_, pp, _, _, _, _, _, attn_k, kv_k, _, _, _, _, _, _, _, _, eager, _, _) = self._consts
         c_att = attn_k * (prefill_pairs + decode_context_tokens) / mb
         kv_read = decode_context_tokens * fill_factor
         m_att = kv_k * (kv_read + prefill_tokens) / mb
@@ -354,8 +357,8 @@ class OperatorModel:
         core += max(c_att, m_att)
         if c_lm is not None:
             compute += c_lm
-            memory += lm_mem
-            core += max(c_lm, lm_mem)
+            memory += m_lm
+            core += max(c_lm, m_lm)
         bubble = 0.0
         if pp > 1 and busy:
             bubble = self.cfg.pp_imbalance * (pp - 1) / pp * core
