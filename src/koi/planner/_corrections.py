@@ -105,10 +105,6 @@ class CorrectionStore:
         """Does ``key`` have a step correction (decode or prefill step, p99 TTFT) in force?"""
         return any(self.samples(key, v) >= cfg.min_samples for v in (*_STEPS, _TTFT, _TPOT))
 
-    def keys_with_evidence(self, cfg: CorrectionConfig) -> tuple[str, ...]:
-        """Every stratum and chain key with a step correction in force, sorted."""
-        return tuple(sorted({k for k, _ in self._index if self.has_evidence(k, cfg)}))
-
     def record(
         self,
         items: Iterable[tuple[str, str, float, float, float]],
@@ -166,14 +162,6 @@ def _stratum_part(key: str) -> str:
     return "|".join(key.split("|")[:_STRATUM_FIELDS])
 
 
-def _engine_and_model(key: str) -> tuple[str, str] | None:
-    """(engine, model) of a chain correction key; ``None`` for a stratum key."""
-    parts = key.split("|")
-    if len(parts) <= _STRATUM_FIELDS:
-        return None
-    return parts[_STRATUM_FIELDS - 1], parts[_STRATUM_FIELDS]
-
-
 def correction_fn(
     state: PlannerState,
     job: Job,
@@ -186,21 +174,19 @@ def correction_fn(
 
     The chain's own corrections (its model and tensor parallelism in its stratum,
     :func:`correction_key`) once it has any step correction of its own, else its stratum's.
-    Where the stratum has none either, the median of the same model's chains on other GPU
-    types with the same engine: what the surrogate gets wrong about a model (its kernels, its
-    traffic) is the best guess on a GPU where nothing is known yet, and the prior is not — a
-    job whose model ran 3x slower than predicted on one GPU type otherwise hops to another
-    type whose prior looks fast, under-serves there and hops again.  Variables still without
-    evidence are borrowed through admitted mechanisms (DESIGN §4.5.1): every mechanism
-    whose belief has reached ``planner.mechanism_min_confidence`` and whose scope covers the
-    chain lends the median correction of the strata it was tested in.
+    Where the stratum has none either, its model's on other GPU types with the same engine
+    (median; docs/planner.md).  What is still without evidence is borrowed through admitted
+    mechanisms (DESIGN §4.5.1): every mechanism whose belief has reached
+    ``planner.mechanism_min_confidence`` and whose scope covers the chain lends the median
+    correction of the strata it was tested in.
     """
     cache: dict[Chain, RankCorrection] = {}
     store, cc = state.corrections, cfg.corrections
-    elsewhere: dict[tuple[str, str], list[str]] = {}
-    for k in store.keys_with_evidence(cc):
-        if (em := _engine_and_model(k)) is not None:
-            elsewhere.setdefault(em, []).append(k)
+    elsewhere: dict[tuple[str, str], list[str]] = {}  # chain keys by (engine, model)
+    for k in sorted({e.stratum for e in store.entries}):
+        parts = k.split("|")
+        if len(parts) > _STRATUM_FIELDS and store.has_evidence(k, cc):
+            elsewhere.setdefault((parts[_STRATUM_FIELDS - 1], parts[_STRATUM_FIELDS]), []).append(k)
     confident = [
         m for m in state.mechanisms if m.belief.confidence >= cfg.planner.mechanism_min_confidence
     ]
@@ -228,15 +214,11 @@ def correction_fn(
             return RankCorrection()
         skey = stratum_for(chain, spec, cfg).key
         key = correction_key(chain, skey)
-        # The chain's evidence as a whole, else its stratum's, else the model's elsewhere: the
-        # TTFT factor is relative to the decode step in force when it was learned, so the two
-        # come from one kind of source.
-        sources: tuple[str, ...] = (skey,)
-        if store.has_evidence(key, cc):
-            sources = (key,)
-        elif key != skey and not store.has_evidence(skey, cc):
-            engine = skey.split("|")[_STRATUM_FIELDS - 1]
-            sources = tuple(elsewhere.get((engine, chain.model), ())) or sources
+        # The chain's evidence, else its stratum's, else its model's elsewhere, each as a whole:
+        # the TTFT factor is relative to the decode step in force when it was learned.
+        sources = [key] if store.has_evidence(key, cc) else [skey]
+        if sources[0] != key and not store.has_evidence(skey, cc):
+            sources = elsewhere.get((skey.split("|")[-1], chain.model)) or sources
 
         def learned(variable: str) -> float | None:
             found = [f for s in sources if (f := store.factor(s, variable, cc)) is not None]
