@@ -141,18 +141,42 @@ class _Steps:
     budget: float
 
 
-def _steps(load: RankLoad, seqs: float, ctx: float, inp: float) -> _Steps:
+#: The two iterations of a batch shape, memoized per load (one step model) by everything the
+#: step model is asked for them: the prompt mean, its chunks and the rounded sequences and
+#: context tokens.  A bisection over the batch narrows to one rounded shape long before its
+#: last halving, and one load's estimates at other rates visit the same midpoints.
+ShapeMemo = dict[tuple[float, int, int, int], tuple[StepTime, StepTime]]
+
+# A memo past this many shapes starts over (a memo, not state).
+_SHAPE_MEMO = 4096
+
+
+def _steps(
+    load: RankLoad, seqs: float, ctx: float, inp: float, memo: ShapeMemo | None = None
+) -> _Steps:
     budget = max(load.max_batched_tokens - seqs, 1.0)
     chunks = max(math.ceil(inp / budget), 1)
-    size = inp / chunks
-    dec = _step(load, 0.0, seqs, ctx, inp)
-    chunk = load.step_model.step(
-        prefill_tokens=round(size),
-        prefill_pairs=size * inp / 2.0,
-        decode_seqs=round(seqs),
-        decode_context_tokens=round(seqs * ctx),
-    )
-    return _Steps(dec, chunk, chunks, budget)
+    n, n_ctx = round(seqs), round(seqs * ctx)
+    key = (inp, chunks, n, n_ctx)
+    hit = memo.get(key) if memo is not None else None
+    if hit is None:
+        size = inp / chunks
+        # The decode-only iteration is _step(load, 0.0, seqs, ctx, inp): the same arguments.
+        dec = load.step_model.step(
+            prefill_tokens=0, prefill_pairs=0.0, decode_seqs=n, decode_context_tokens=n_ctx
+        )
+        chunk = load.step_model.step(
+            prefill_tokens=round(size),
+            prefill_pairs=size * inp / 2.0,
+            decode_seqs=n,
+            decode_context_tokens=n_ctx,
+        )
+        hit = (dec, chunk)
+        if memo is not None:
+            if len(memo) >= _SHAPE_MEMO:
+                memo.clear()
+            memo[key] = hit
+    return _Steps(hit[0], hit[1], chunks, budget)
 
 
 # Fixed-point iterations of the fluid regime stop once the step time moves less than this.
@@ -178,25 +202,106 @@ def _mix_of(load: RankLoad, rate: float, st: _Steps, seqs: float, ctx: float, in
     return _Mix(s, dec, chunk, chunks, 1.0)
 
 
-def _mix(load: RankLoad, rate: float, seqs: float, ctx: float, inp: float) -> _Mix:
-    return _mix_of(load, rate, _steps(load, seqs, ctx, inp), seqs, ctx, inp)
+def _mix(
+    load: RankLoad, rate: float, seqs: float, ctx: float, inp: float, memo: ShapeMemo | None = None
+) -> _Mix:
+    return _mix_of(load, rate, _steps(load, seqs, ctx, inp, memo), seqs, ctx, inp)
 
 
-#: One replica at saturation: its batch, output tokens per second and iteration mix.
-Saturation = tuple[float, float, _Mix]
+def _mean_time(
+    load: RankLoad,
+    rate: float,
+    seqs: float,
+    ctx: float,
+    inp: float,
+    memo: ShapeMemo,
+    times: dict[tuple[int, int, int], float],
+) -> float:
+    """``_mix(load, rate, seqs, ctx, inp).mean.time_s`` without building the mix: the same
+    operations in the same order (the bisection asks for nothing else).
+
+    ``times`` memoizes it for one (load, rate, inp) by the batch shape: the mean iteration
+    depends on ``seqs`` only through the shape, except when the fluid regime's prefill is
+    capped by the token budget (``max_batched_tokens - seqs``), which is never memoized.
+    """
+    st = _steps(load, seqs, ctx, inp, memo)
+    shape = (st.chunks, round(seqs), round(seqs * ctx))
+    hit = times.get(shape)
+    if hit is not None:
+        return hit
+    dec, chunk = st.dec, st.chunk
+    delta = max(chunk.time_s - dec.time_s, 0.0)
+    load_per_step = rate * st.chunks * delta
+    if load_per_step < 1.0:
+        s_bar = dec.time_s / (1.0 - load_per_step)
+        p = rate * st.chunks * s_bar
+        if p <= 1.0:
+            q = 1 - p  # _blend's weights, component by component, then StepTime.time_s
+            t = (
+                max(q * dec.compute_s + p * chunk.compute_s, q * dec.memory_s + p * chunk.memory_s)
+                + (q * dec.comm_s + p * chunk.comm_s)
+                + (q * dec.bubble_s + p * chunk.bubble_s)
+                + (q * dec.overhead_s + p * chunk.overhead_s)
+            )
+            times[shape] = t
+            return t
+    # _mix_of's fluid regime, noting whether the budget ever capped the prefill.
+    s, capped = chunk, False
+    for _ in range(20):
+        t = s.time_s
+        prefill = rate * inp * t
+        if st.budget < prefill:
+            prefill, capped = st.budget, True
+        s = _step(load, prefill, seqs, ctx, inp)
+        if abs(s.time_s - t) <= _FLUID_RTOL * t:
+            break
+    t = s.time_s
+    if not capped:
+        times[shape] = t
+    return t
+
+
+def _batch_at(
+    load: RankLoad, rate: float, b_max: float, ctx: float, inp: float, memo: ShapeMemo
+) -> float:
+    """The running batch ``B = λ·O·s(B)`` below saturation: a bisection on ``[0, b_max]``
+    (30 halvings).  Its midpoints' iterations come from ``memo`` and, once the bracket is
+    inside one batch shape, from the mean iteration memoized per shape (:func:`_mean_time`).
+
+    No shortcut through a faster root-finder: ``B − λ·O·s(B)`` can change sign more than
+    once near the fixed point (the step model rounds the batch and its context to whole
+    sequences and tokens), and another root-finder then finds another crossing.
+    """
+    out = load.output_len.mean
+    times: dict[tuple[int, int, int], float] = {}
+    lo, hi = 0.0, b_max
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if rate * out * _mean_time(load, rate, mid, ctx, inp, memo, times) > mid:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+#: One replica at saturation: its batch, output tokens per second, iteration mix, and the memo
+#: of batch shapes every estimate of the load shares (see :data:`ShapeMemo`).
+Saturation = tuple[float, float, _Mix, ShapeMemo]
 
 
 def saturation(load: RankLoad) -> Saturation:
     """The replica at saturation (KV- or batch-limited): a function of ``load`` alone, so a
-    caller that estimates one load at many rates can compute it once and pass it in."""
+    caller that estimates one load at many rates can compute it once and pass it in (with it
+    the memo of the load's batch shapes)."""
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
     b = _max_batch(load, ctx)
-    st = _steps(load, b, ctx, inp)  # the batch shape is fixed: only the prefill rate moves
+    memo: ShapeMemo = {}
+    st = _steps(load, b, ctx, inp, memo)  # the batch shape is fixed: only the prefill rate moves
     mix = _mix_of(load, 0.0, st, b, ctx, inp)
     for _ in range(8):  # requests finish at b / (O·s) per second and each brings I prompt tokens
         mix = _mix_of(load, b / (out * mix.mean.time_s), st, b, ctx, inp)
-    return b, b / mix.mean.time_s, mix
+    return b, b / mix.mean.time_s, mix, memo
 
 
 def capacity_tok_s(load: RankLoad) -> float:
@@ -219,21 +324,14 @@ def estimate_open_loop(
     ``sat`` is ``saturation(load)`` when the caller has it."""
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
-    b_max, cap, sat_mix = sat if sat is not None else saturation(load)
+    b_max, cap, sat_mix, memo = sat if sat is not None else saturation(load)
     offered = rate_rps * out
     rho = offered / cap
     if rho >= 1.0:
         b, mix = b_max, sat_mix
     else:
-        lo, hi = 0.0, b_max
-        for _ in range(30):  # bisection on B = λ·O·s(B)
-            mid = (lo + hi) / 2
-            if rate_rps * out * _mix(load, rate_rps, mid, ctx, inp).mean.time_s > mid:
-                lo = mid
-            else:
-                hi = mid
-        b = hi
-        mix = _mix(load, rate_rps, b, ctx, inp)
+        b = _batch_at(load, rate_rps, b_max, ctx, inp, memo)
+        mix = _mix(load, rate_rps, b, ctx, inp, memo)
     # Waiting for a batch slot once the replica nears saturation (M/M/1-like on ρ).
     r = min(rho, 0.98)
     slot_wait = mix.mean.time_s * r / (1.0 - r) if rho > 0.5 else 0.0
@@ -251,6 +349,7 @@ def estimate_open_loop(
         b,
         ctx,
         quantile(load.input_len, 0.99),
+        memo,
     )
     ttft99 = mix99.chunks * mix99.chunk.time_s + mix.mean.time_s + wait * _LN100 / math.log(2.0)
     queue = rate_rps * wait
@@ -327,22 +426,22 @@ def _thrash(load: RankLoad, concurrency: float) -> float:
 def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -> ServingEstimate:
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
-    b_max, cap, _ = sat
+    b_max, cap, _, memo = sat
     n_run = min(concurrency, b_max)
     if load.input_len.cv == 0 and load.output_len.cv == 0:
         return _closed_loop_waves(load, concurrency, n_run, cap)
     decoding = n_run
-    mix = _mix(load, 0.0, decoding, ctx, inp)
+    mix = _mix(load, 0.0, decoding, ctx, inp, memo)
     ttft, wait = _ttft(mix, 0.0)
     rate = n_run / (ttft + (out - 1) * mix.mean.time_s)
     for _ in range(30):  # fixed point on the iteration mix and the request rate
         decoding = n_run * (out - 1) * mix.mean.time_s / (ttft + (out - 1) * mix.mean.time_s)
-        mix = _mix(load, rate, max(decoding, 0.0), ctx, inp)
+        mix = _mix(load, rate, max(decoding, 0.0), ctx, inp, memo)
         ttft, wait = _ttft(mix, 0.0)
         rate = n_run / (ttft + (out - 1) * mix.mean.time_s)
     queued = max(concurrency - n_run, 0.0)
     slot_wait = queued / rate  # Little's law on the requests waiting for a batch slot
-    mix99 = _mix(load, rate, decoding, ctx, quantile(load.input_len, 0.99))
+    mix99 = _mix(load, rate, decoding, ctx, quantile(load.input_len, 0.99), memo)
     ttft99 = mix99.chunks * mix99.chunk.time_s + mix.mean.time_s + wait * _LN100 / math.log(2.0)
     tpot50, tpot99 = _tpot(load, mix, out)
     return ServingEstimate(

@@ -58,6 +58,10 @@ class RankCorrection:
         return dict(self.mediators).get(m, 1.0)
 
 
+# Decode-only base times a scaled step model keeps.
+_DEC_MEMO = 256
+
+
 @attrs.frozen
 class ScaledStepModel:
     """A step model whose decode part is scaled by ``decode`` and prefill part by ``prefill``.
@@ -69,6 +73,11 @@ class ScaledStepModel:
     base: StepTimeModel
     prefill: float = 1.0
     decode: float = 1.0
+    # The decode-only times of the base model by (sequences, context tokens): a closed-form
+    # fixed point asks for one batch with ever other prefill, each time with the same decode.
+    _dec: dict[tuple[int, int], float] = attrs.field(
+        factory=dict, init=False, eq=False, hash=False, repr=False
+    )
 
     def step(
         self,
@@ -89,12 +98,17 @@ class ScaledStepModel:
         elif decode_seqs == 0:
             f = self.prefill
         else:
-            dec = self.base.step(
-                prefill_tokens=0,
-                prefill_pairs=0.0,
-                decode_seqs=decode_seqs,
-                decode_context_tokens=decode_context_tokens,
-            ).time_s
+            key = (decode_seqs, decode_context_tokens)
+            dec = self._dec.get(key)
+            if dec is None:
+                if len(self._dec) >= _DEC_MEMO:
+                    self._dec.clear()  # a memo, not state: start over rather than grow
+                dec = self._dec[key] = self.base.step(
+                    prefill_tokens=0,
+                    prefill_pairs=0.0,
+                    decode_seqs=decode_seqs,
+                    decode_context_tokens=decode_context_tokens,
+                ).time_s
             t = full.time_s
             f = (self.decode * dec + self.prefill * max(t - dec, 0.0)) / t if t > 0 else 1.0
         if f == 1.0:
