@@ -92,8 +92,9 @@ class Screener:
 
         With ``corrections`` each option is sized for its corrected capacity and screened with
         the correction (see the module docstring); without, for the prior's.  Memoized per
-        (job, instance shape, time for batch jobs, headroom, the corrections of the shape's
-        chains), so a correction that moves never reuses a stale sizing.
+        (job — its shape for online jobs, :func:`sized_key` —, instance shape, time for batch
+        jobs, headroom, the corrections of the shape's chains), so a correction that moves
+        never reuses a stale sizing.
         """
         out: list[SizedOption] = []
         for _, shape in sorted(largest_shapes(envs).items()):
@@ -101,6 +102,46 @@ class Screener:
             if sized is None:
                 break  # out of time: what was sized so far
             out.extend(sized)
+        return out
+
+    def sized_costs(
+        self, job: Job, envs: Sequence[Environment], gpus: Mapping[str, GpuSpec], *, now_s: float
+    ) -> list[tuple[Option, float, float]]:
+        """``(option, throughput_tok_s, cost_per_mtok_usd)`` of every option
+        :meth:`sized_options` gives without corrections: the same options and replicas, and
+        exactly their screens' throughput and cost.
+
+        An online job's options not sized before are costed by
+        :meth:`Surrogate.screen_cost`, without the latencies at the sized rate (a cost scale
+        reads nothing else); a batch job's are sized in full.
+        """
+        if not job.is_online:
+            return [
+                (
+                    s.option,
+                    s.prediction.outcomes.throughput_tok_s,
+                    s.prediction.outcomes.cost_per_mtok_usd,
+                )
+                for s in self.sized_options(job, envs, gpus, now_s=now_s)
+            ]
+        out: list[tuple[Option, float, float]] = []
+        for _, shape in sorted(largest_shapes(envs).items()):
+            sized = self._sized.get(sized_key(job, shape, now_s, 1.0, None))
+            if sized is not None:  # sized_options' own memo
+                for s in sized:
+                    outcomes = s.prediction.outcomes
+                    out.append((s.option, outcomes.throughput_tok_s, outcomes.cost_per_mtok_usd))
+                continue
+            options = self._screen_shape(job, shape, gpus[shape.gpu], math.inf)
+            for opt in options or ():
+                chain = Chain(job.model, opt.shape, opt.config)
+                replicas = replicas_for(
+                    job, opt.capacity_tok_s, now_s=now_s, headroom=1.0, cfg=self.cfg
+                )
+                ladder = Ladder((Rank(chain, replicas),))
+                got = self.surrogate.screen_cost(job, ladder, now_s=now_s)
+                if got is not None:
+                    out.append((opt, *got))
         return out
 
     def _sized_shape(
@@ -121,7 +162,7 @@ class Screener:
         corr = tuple(corrections(c) for c in chains) if corrections is not None else None
         if corr is not None and all(c.is_identity for c in corr):
             corr = None  # no evidence yet: the prior's sizing, shared with uncorrected callers
-        key = (job, shape, None if job.is_online else now_s, headroom, corr)
+        key = sized_key(job, shape, now_s, headroom, corr)
         hit = self._sized.get(key)
         if hit is not None:
             return hit
@@ -224,6 +265,22 @@ class Screener:
             options.append(opt)
         self._screens[key] = options
         return options
+
+
+def sized_key(
+    job: Job,
+    shape: Environment,
+    now_s: float,
+    headroom: float,
+    corr: tuple[RankCorrection, ...] | None,
+) -> tuple[object, ...]:
+    """The sizing memo's key: everything a sizing reads.  An online job's sizing reads its
+    model, class, workload, target and precisions, not its id, so jobs of one shape (tenants'
+    copies of a service) share it; a batch job's reads its progress and the clock."""
+    if job.is_online:
+        what: object = (job.model, job.job_class, job.workload, job.target, job.precisions)
+        return (what, shape, None, headroom, corr)
+    return (job, shape, now_s, headroom, corr)
 
 
 def canonical(job: Job) -> Job:

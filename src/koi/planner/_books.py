@@ -87,11 +87,11 @@ def reference_cost(
         price = env.price_usd_per_gpu_h
         cheapest_per_gpu[env.gpu] = min(price, cheapest_per_gpu.get(env.gpu, price))
     best = float("inf")
-    for sized in screener.sized_options(job, envs, gpus, now_s=snapshot.time_s):
-        out = sized.prediction.outcomes
-        shape = sized.option.shape
-        if out.throughput_tok_s <= 0 or shape.price_usd_per_gpu_h <= 0:
+    # The sized options' costs only: no latencies at their rates where none were screened.
+    for option, tput, cost in screener.sized_costs(job, envs, gpus, now_s=snapshot.time_s):
+        shape = option.shape
+        if tput <= 0 or shape.price_usd_per_gpu_h <= 0:
             continue
         ratio = cheapest_per_gpu[shape.gpu] / shape.price_usd_per_gpu_h
-        best = min(best, out.cost_per_mtok_usd * ratio)
+        best = min(best, cost * ratio)
     return best if best < float("inf") and best > 0 else 1.0

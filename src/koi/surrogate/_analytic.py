@@ -4,6 +4,10 @@ A fluid model of continuous batching: the running batch ``B`` solves ``B = λ·O
 law over the decode phase), where the step time ``s`` includes the prefill tokens arriving per
 step (``λ·I·s``).  Queueing delay comes from an M/M/1-like wait on the bottleneck utilisation;
 overload makes the p99 TTFT the age of the queue after the horizon.
+
+Longer than most modules: the open- and closed-loop estimates share the iteration mix, its
+fluid regime and the memos that make the screen cheap (batch shapes per load, the bisection's
+mean iteration per shape), and splitting them would split one model over several files.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ __all__ = [
     "estimate_open_loop",
     "quantile",
     "saturation",
+    "served_rate",
 ]
 
 _Z99 = 2.3263478740408408  # standard normal 0.99 quantile
@@ -307,6 +312,16 @@ def saturation(load: RankLoad) -> Saturation:
 def capacity_tok_s(load: RankLoad) -> float:
     """Saturation output tokens per second of one replica (KV- or batch-limited)."""
     return saturation(load)[1]
+
+
+def served_rate(load: RankLoad, rate_rps: float, sat: Saturation) -> tuple[float, float]:
+    """``(utilization, throughput_tok_s)`` of :func:`estimate_open_loop` at ``rate_rps`` (the
+    same arithmetic), without its latencies: the offered tokens up to the saturation."""
+    out = load.output_len.mean
+    cap = sat[1]
+    offered = rate_rps * out
+    rho = offered / cap
+    return min(rho, 1.0), min(offered, cap)
 
 
 def _ttft(mix: _Mix, q_wait: float) -> tuple[float, float]:

@@ -24,6 +24,7 @@ from koi.surrogate._analytic import (
     estimate_open_loop,
     quantile,
     saturation,
+    served_rate,
 )
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._correct import MemoStepModel, RankCorrection, ScaledStepModel
@@ -333,8 +334,7 @@ class Surrogate:
         corr = tuple(
             corrections(r.chain) if corrections else RankCorrection() for r in ladder.ranks
         )
-        batch_key = (now_s, job.remaining_requests) if not job.is_online else None
-        key = (job.model, job.job_class, job.workload, job.target, batch_key, ladder, corr, replay)
+        key = self._cache_key(job, ladder, now_s, corr, replay=replay)
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
@@ -349,6 +349,13 @@ class Surrogate:
         if len(self._cache) > self.cfg.cache_size:
             self._cache.popitem(last=False)
         return pred
+
+    @staticmethod
+    def _cache_key(
+        job: Job, ladder: Ladder, now_s: float, corr: tuple[RankCorrection, ...], *, replay: bool
+    ) -> tuple[Any, ...]:
+        batch_key = (now_s, job.remaining_requests) if not job.is_online else None
+        return (job.model, job.job_class, job.workload, job.target, batch_key, ladder, corr, replay)
 
     def capacity(
         self,
@@ -376,6 +383,37 @@ class Surrogate:
         (r,) = loads  # the capacity _online gives this one-rank ladder
         sat_load, sat_key = self._with_hit(r, self._saturated_hit(job, r))
         return self._saturation(sat_key, sat_load)[1] * r.rank.replicas
+
+    def screen_cost(
+        self, job: Job, ladder: Ladder, *, now_s: float = 0.0
+    ) -> tuple[float, float] | None:
+        """``(throughput_tok_s, cost_per_mtok_usd)`` of :meth:`screen`'s outcomes without
+        corrections, exactly, or ``None`` where that screen is infeasible.
+
+        Below saturation an online rank serves its share of the offered traffic and above it
+        its saturation capacity, so neither needs the latencies at the rate (the closed form's
+        bisection, most of a screen); only a rank with prefix hits still estimates its batch
+        (the hits depend on it).  A screen already made is read instead.  Batch jobs take the
+        screen.
+        """
+        corr = tuple(RankCorrection() for _ in ladder.ranks)
+        screened = self._cache_key(job, ladder, now_s, corr, replay=False) in self._cache
+        if screened or not job.is_online:
+            pred = self.screen(job, ladder, now_s=now_s)
+            out = pred.outcomes
+            return (out.throughput_tok_s, out.cost_per_mtok_usd) if pred.feasible else None
+        loads = self._loads(job, ladder, corr)
+        if isinstance(loads, Prediction):
+            return None
+        served: list[float] = []
+        self._online(job, loads, replay=False, served=served)
+        # _rank_prediction's and _combine's arithmetic.
+        tput = sum(
+            tok * r.rank.replicas * r.corr.outcome(Outcome.THROUGHPUT)
+            for r, tok in zip(loads, served, strict=True)
+        )
+        price = sum(r.rank.price_usd_per_h for r in loads)
+        return tput, _cost_per_mtok(price, tput)
 
     def _predict(
         self,
@@ -572,7 +610,17 @@ class Surrogate:
         full = min(r.load.max_batch_size, r.load.kv_capacity_tokens / max(per_request, 1.0))
         return self._hit(job, r, full)
 
-    def _online(self, job: Job, loads: list[_RankLoad], *, replay: bool) -> list[RankPrediction]:
+    def _online(
+        self,
+        job: Job,
+        loads: list[_RankLoad],
+        *,
+        replay: bool,
+        served: list[float] | None = None,
+    ) -> list[RankPrediction]:
+        """Each rank's prediction; with ``served`` (a list to fill) only the output tokens per
+        second each rank's replica serves in that prediction, appended to it, and no
+        predictions (see :meth:`screen_cost`)."""
         cfg, w = self.cfg, job.workload
         rate = w.rate_rps or 0.0
         caps = []
@@ -627,6 +675,17 @@ class Surrogate:
                     cfg.replay_horizon_s,
                     sat=self._saturation(rkey, load),
                 )
+            if served is not None:
+                # A memoized estimate's throughput, or the same arithmetic without latencies.
+                known = self._ranks.get(key)
+                util, tok = (
+                    (known.utilization, known.throughput_tok_s)
+                    if known is not None
+                    else served_rate(load, per_replica, self._saturation(rkey, load))
+                )
+                exact = rate * share / r.rank.replicas * w.output_len.mean
+                served.append(exact if util < 0.9 else tok)
+                continue
             est = self._memo(key, run)
             if est.utilization < 0.9:
                 # The bucketed rate only shapes the latencies; below saturation the served

@@ -1,0 +1,125 @@
+"""The cost scale's shortcuts give exactly what a full sizing gives: ``Surrogate.screen_cost``
+is the screen's throughput and cost, ``Screener.sized_costs`` the sized options' (without their
+latencies), and online jobs of one shape (differing in id only) share one sizing."""
+
+from __future__ import annotations
+
+import attrs
+from tests._support.specs import H100_NODE
+
+from koi.candidates import ProposerConfig, Screener
+from koi.catalog import load_catalog
+from koi.surrogate import Surrogate
+from koi.types import (
+    Chain,
+    Config,
+    Environment,
+    Job,
+    Ladder,
+    LengthDist,
+    Quant,
+    Rank,
+    Routing,
+    ServingTarget,
+    WorkloadProfile,
+)
+
+_L40S = Environment(
+    cloud="aws",
+    region="us-east-1",
+    market="on_demand",
+    instance_type="g6e.12xlarge",
+    gpu="L40S",
+    gpus_per_instance=4,
+    price_usd_per_h=10.0,
+)
+
+
+def _online(rate: float, prefix: float = 0.0, job_id: str = "chat") -> Job:
+    w = WorkloadProfile(
+        LengthDist(1200, 0.5, 8000),
+        LengthDist(250, 0.5, 2000),
+        rate_rps=rate,
+        prefix_share=prefix,
+        prefix_count=4,
+    )
+    target = ServingTarget.online(p99_ttft_ms=1500, p99_tpot_ms=60)
+    return Job(id=job_id, model="Llama-3.1-8B", job_class="online", workload=w, target=target)
+
+
+def _batch() -> Job:
+    w = WorkloadProfile(
+        LengthDist(2000, 0.3, 8000), LengthDist(300, 0.3, 2000), total_requests=5000
+    )
+    return Job("summ", "Llama-3.1-8B", "batch", w, ServingTarget.batch(deadline_s=3600))
+
+
+def _surrogate() -> Surrogate:
+    catalog = load_catalog()
+    return Surrogate(catalog.gpus, catalog.models)
+
+
+def test_screen_cost_is_the_screens_throughput_and_cost() -> None:
+    fresh, shared = _surrogate(), _surrogate()
+    asked = saturated = 0
+    for job in [_online(r, p) for r in (0.5, 6.0, 40.0, 400.0) for p in (0.0, 0.6)] + [_batch()]:
+        for tp in (1, 2, 4):
+            for quant in (Quant.BF16, Quant.FP8, Quant.INT4):
+                routing = Routing.PREFIX_AFFINITY if tp == 2 else Routing.LEAST_LOADED
+                config = Config(tp=tp, quant=quant, routing=routing)
+                for replicas in (1, 3):
+                    one = Rank(Chain(job.model, H100_NODE, config), replicas)
+                    ladders = [
+                        Ladder((one,)),
+                        Ladder((one, Rank(Chain(job.model, _L40S, config), 2))),
+                    ]
+                    for ladder in ladders:
+                        pred = fresh.screen(job, ladder, now_s=60.0)
+                        got = shared.screen_cost(job, ladder, now_s=60.0)
+                        asked += 1
+                        if not pred.feasible:
+                            assert got is None
+                            continue
+                        out = pred.outcomes
+                        assert got == (out.throughput_tok_s, out.cost_per_mtok_usd)
+                        saturated += any(
+                            r.outcomes.throughput_tok_s >= 0.999 * r.capacity_tok_s
+                            for r in pred.ranks
+                        )
+    assert asked >= 300
+    assert saturated > 0  # some ladders are past saturation: served at capacity
+
+
+def test_sized_costs_are_the_sized_options_costs() -> None:
+    catalog = load_catalog()
+    envs = [H100_NODE, _L40S]
+    for job in (_online(3.0), _online(25.0, prefix=0.5), _batch()):
+        full = Screener(Surrogate(catalog.gpus, catalog.models), ProposerConfig())
+        cheap = Screener(Surrogate(catalog.gpus, catalog.models), ProposerConfig())
+        want = [
+            (
+                s.option,
+                s.prediction.outcomes.throughput_tok_s,
+                s.prediction.outcomes.cost_per_mtok_usd,
+            )
+            for s in full.sized_options(job, envs, catalog.gpus, now_s=120.0)
+        ]
+        assert want
+        assert cheap.sized_costs(job, envs, catalog.gpus, now_s=120.0) == want
+        # Once sized, the memo answers, with the same values.
+        full.sized_options(job, envs, catalog.gpus, now_s=120.0)
+        assert full.sized_costs(job, envs, catalog.gpus, now_s=120.0) == want
+
+
+def test_online_jobs_of_one_shape_share_a_sizing_and_others_do_not() -> None:
+    catalog = load_catalog()
+    envs = [H100_NODE, _L40S]
+    screener = Screener(Surrogate(catalog.gpus, catalog.models), ProposerConfig())
+    first = screener.sized_options(_online(8.0), envs, catalog.gpus, now_s=0.0)
+    copy = _online(8.0, job_id="chat-tenant-2")
+    shared = screener.sized_options(copy, envs, catalog.gpus, now_s=0.0)
+    alone = Screener(Surrogate(catalog.gpus, catalog.models), ProposerConfig())
+    assert shared == alone.sized_options(copy, envs, catalog.gpus, now_s=0.0) == first
+    busier = attrs.evolve(copy, workload=attrs.evolve(copy.workload, rate_rps=16.0))
+    more = screener.sized_options(busier, envs, catalog.gpus, now_s=0.0)
+    assert sum(s.replicas for s in more) > sum(s.replicas for s in first)
