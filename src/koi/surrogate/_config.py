@@ -160,10 +160,13 @@ _VENDORS = {
 # Llama-3-8B/70B); memory, the small-batch KV limit and the all-reduce sync cost fitted on its
 # concurrency-1 rows (benchmarks/fit_decode.py); the rest are the NVIDIA priors
 # (docs/surrogate.md, "Constants").  Other GPUs keep the priors until fit-split rows measure them.
-# L40S / L4: benchmarks/fit_ops.py fits gemm 0.70, fp8_gemm 0.46, gemm_half_tokens 192,
-# attention 0.50, memory 0.74 on measured vLLM 0.24.0 L40S kernels (docs/surrogate.md §7 "PCIe
-# GPUs"); not adopted yet: planner tests calibrated on the priors' L40S/L4 speed would move.
+# L40S: benchmarks/fit_ops.py's fit on measured vLLM 0.24.0 L40S kernels (aiconfigurator-core
+# tables; docs/surrogate.md §7 "PCIe GPUs").  L4: the L40S's values (same Ada architecture; no
+# L4 kernel tables exist), checked only by the fit split's six L4 serving rows.
+_ADA = Efficiency(gemm=0.7, fp8_gemm=0.46, gemm_half_tokens=192.0, attention=0.5, memory=0.74)
 _GPUS = {
+    "L40S": _ADA,
+    "L4": _ADA,
     "A100-80GB": Efficiency(
         gemm=0.45,
         gemm_half_tokens=48.0,
@@ -174,14 +177,15 @@ _GPUS = {
     ),
 }
 # trtllm base_ms: fitted on the fit split's concurrency-1 rows (benchmarks/fit_decode.py); vllm
-# request_floor_ms: fitted on the fit split's L4 rows (benchmarks/fit_floor.py; its
-# sampling_bytes_per_logit, 80 by benchmarks/fit_vllm.py, is not adopted yet); the
-# other engine costs are engineering estimates (no fit-split rows measure them).
+# sampling_bytes_per_logit and request_floor_ms: fitted on the fit split's L4 rows
+# (benchmarks/fit_vllm.py, benchmarks/fit_floor.py); the other engine costs are engineering
+# estimates (no fit-split rows measure them).
 _ENGINES = {
     "vllm": EngineProfile(
         base_ms=1.2,
         per_seq_ms=0.012,
         chunk_admission=True,
+        sampling_bytes_per_logit=80.0,
         request_floor_ms=50.0,
     ),
     "sglang": EngineProfile(
