@@ -356,6 +356,16 @@ def test_telemetry_near_the_bound_keeps_a_donor_from_shrinking() -> None:
     snapshot = _full_fleet(_online("new", priority=1))
     calm = _planner().tick(snapshot, [_window("old", 500.0)], launch=False)
     assert calm.plan.action("new").kind is ActionKind.PLACE
+    # Only two thirds of the donor's requests completed: telemetry says it is not clear of its
+    # target while its measured latencies (and so the corrected predictions of its smaller
+    # ladders) are far inside the bounds.  Telemetry outranks the prediction: it gives nothing
+    # up, and the newcomer, which one free GPU would serve, waits for capacity.
+    short = _planner().tick(snapshot, [_window("old", 500.0, completed=400)], launch=False)
+    assert short.plan.action("new").kind is ActionKind.DEFER
+    assert _risk(short, "new") is Verdict.CAPACITY
+    assert "made room" not in short.plan.action("old").reason
+    # A measured TTFT at the bound: the learned correction carries it to every ladder of the
+    # stratum, so the donor keeps all it holds and the newcomer is not placed either.
     tight = _planner().tick(snapshot, [_window("old", 1900.0)], launch=False)
+    assert tight.plan.action("old").kind is ActionKind.KEEP
     assert tight.plan.action("new").kind is ActionKind.DEFER
-    assert _risk(tight, "new") is Verdict.CAPACITY
