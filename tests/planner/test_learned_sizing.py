@@ -34,7 +34,7 @@ JOB = Job(
     "chat",
     MODEL,
     "online",
-    WorkloadProfile(LengthDist(512, 0.3, 2048), LengthDist(128, 0.3, 512), rate_rps=30.0),
+    WorkloadProfile(LengthDist(512, 0.3, 2048), LengthDist(128, 0.3, 512), rate_rps=36.0),
     ServingTarget.online(p99_ttft_ms=1000.0, p99_tpot_ms=100.0),
     admission=AdmissionPolicy.REFUSE,
 )
