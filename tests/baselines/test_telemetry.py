@@ -56,17 +56,20 @@ def _policy(planner: str) -> Any:
 
 
 def _running(planner: str) -> tuple[ClusterSnapshot, Ladder]:
-    """smoke's online job alone, running on the ladder ``planner`` first gives it (without its
-    shared system prompt: a cached prefix lets one replica absorb the tripled traffic these
-    tests need to outgrow it)."""
+    """smoke's online job alone on smoke's L4 pool, running on the ladder ``planner`` first
+    gives it (without its shared system prompt: a cached prefix lets one replica absorb the
+    tripled traffic these tests need to outgrow it).  One GPU type, so that answering more
+    traffic means more replicas: on the whole smoke fleet the cheapest answer to tripled traffic
+    on L4s is a single larger GPU, and the replica count can fall while the capacity rises."""
     snap = build_world("smoke", seed=0).snapshot()
     job = snap.job(_JOB)
     job = attrs.evolve(job, workload=attrs.evolve(job.workload, prefix_tokens=None))
-    alone = ClusterSnapshot(snap.time_s, [job], snap.pools)
+    l4 = [p for p in snap.pools if p.environment.gpu == "L4"]
+    alone = ClusterSnapshot(snap.time_s, [job], l4)
     first = _policy(planner).decide(alone, ()).action(_JOB)
     assert first.kind is ActionKind.PLACE
     later = ClusterSnapshot(
-        snap.time_s + _WINDOW, [job], snap.pools, [ActiveDeployment(_JOB, first.ladder)]
+        snap.time_s + _WINDOW, [job], l4, [ActiveDeployment(_JOB, first.ladder)]
     )
     return later, first.ladder
 
