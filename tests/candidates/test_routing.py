@@ -59,7 +59,7 @@ def test_the_proposer_offers_prefix_affinity_only_where_prefixes_are_shared() ->
     snap = example_snapshot()
     shared = _with_prefixes(snap, "chat", 32)
     job = shared.job("chat")
-    job = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=40.0))  # many replicas
+    job = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=80.0))  # many replicas
     ladders = _propose(shared, job)
     assert Routing.PREFIX_AFFINITY in _routings(ladders)
     plain = attrs.evolve(job, workload=attrs.evolve(job.workload, prefix_tokens=None))
