@@ -104,7 +104,7 @@ def _replicas(sized: list[SizedOption]) -> dict[Config, int]:
     return {s.option.config: s.replicas for s in sized}
 
 
-@pytest.mark.parametrize("job", [_online(rate=20.0), _batch(total=200_000)])
+@pytest.mark.parametrize("job", [_online(rate=16.0), _batch(total=200_000)])
 def test_learned_corrections_size_more_replicas_and_the_memo_follows_them(job: Job) -> None:
     catalog = load_catalog()
     screener = Screener(Surrogate(catalog.gpus, catalog.models), CFG)
