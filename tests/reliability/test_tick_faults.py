@@ -89,7 +89,10 @@ def test_a_finished_batch_job_still_deployed_is_stopped_and_its_gpus_freed() -> 
 
 
 def test_a_pool_shrunk_under_its_deployments_sheds_the_excess() -> None:
-    a, b = chat_job("a", rate=1.0), chat_job("b", rate=1.0)
+    # A TPOT bound one FP8 L4 replica meets with room (p99 ~58 ms predicted), so the spare L4
+    # pool can take what the shrunk pool sheds.
+    target = ServingTarget.online(p99_ttft_ms=1500, p99_tpot_ms=75)
+    a, b = (attrs.evolve(chat_job(j, rate=1.0), target=target) for j in ("a", "b"))
     shrunk, spare = Pool(L40S, 1), Pool(L4, 4)
     active = [
         ActiveDeployment("a", _ladder(L40S, replicas=2)),
