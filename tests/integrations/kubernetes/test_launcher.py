@@ -322,7 +322,7 @@ def test_a_partial_launch_reaches_the_planners_ledger(
         model="Llama-3.1-8B",
         job_class="online",
         workload=WorkloadProfile(
-            LengthDist(800, 0.4, 4096), LengthDist(200, 0.4, 1024), rate_rps=60.0
+            LengthDist(800, 0.4, 4096), LengthDist(200, 0.4, 1024), rate_rps=120.0
         ),
         target=ServingTarget.online(p99_ttft_ms=1500, p99_tpot_ms=60),
     )
