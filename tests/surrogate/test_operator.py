@@ -123,7 +123,8 @@ def test_engine_overhead_is_part_of_every_step() -> None:
 def test_sampling_traffic_grows_with_the_batch_and_the_vocabulary() -> None:
     base = SurrogateConfig()
     engines = dict(base.engines)
-    bytes_per_logit = 80.0  # benchmarks/fit_vllm.py's fit for vLLM (not yet in effect)
+    bytes_per_logit = 80.0  # benchmarks/fit_vllm.py's fit for vLLM, in effect
+    assert base.engine_profile("vllm").sampling_bytes_per_logit == bytes_per_logit
     engines["vllm"] = attrs.evolve(engines["vllm"], sampling_bytes_per_logit=0.0)
     none = attrs.evolve(base, engines=engines)
     engines["vllm"] = attrs.evolve(engines["vllm"], sampling_bytes_per_logit=bytes_per_logit)

@@ -1,7 +1,7 @@
 """The fitted Ada (L40S) efficiencies against the measured L40S kernel tables.
 
-benchmarks/fit_ops.py fits them; docs/surrogate.md §7 "PCIe GPUs" says why they are not yet
-the L40S/L4 override in effect.  These tests pin the fitted values to the data and check the
+benchmarks/fit_ops.py fits them; they are the L40S/L4 override in effect (docs/surrogate.md §7
+"PCIe GPUs").  These tests pin the fitted values to the data and to the config, and check the
 FP8-efficiency mechanism they need.
 """
 
@@ -50,12 +50,19 @@ def test_l40s_efficiencies_reproduce_its_measured_kernels() -> None:
         ape, bias = _median_ape_and_bias(kind, dtype, FITTED)
         assert ape <= limit, (kind, dtype, ape)
         assert 0.9 <= bias <= 1.1, (kind, dtype, bias)
-    # The NVIDIA prior the L40S runs on does not: its FP8 GEMMs run ~20 % too fast.
+    # The NVIDIA prior the L40S ran on before does not: its FP8 GEMMs run ~20 % too fast.
     ape, bias = _median_ape_and_bias(
-        "gemm", "fp8", SurrogateConfig().efficiency_for("L40S", "nvidia")
+        "gemm", "fp8", SurrogateConfig().efficiency_for("NVIDIA-prior", "nvidia")
     )
     assert ape > 16.0
     assert bias < 0.85
+
+
+def test_the_ada_gpus_run_on_the_fitted_efficiencies() -> None:
+    cfg = SurrogateConfig()
+    # The L4 has no kernel tables: it takes the L40S's values (same Ada architecture).
+    assert cfg.efficiency_for("L40S", "nvidia") == FITTED
+    assert cfg.efficiency_for("L4", "nvidia") == FITTED
 
 
 def test_fp8_gemms_use_their_own_efficiency_on_ada() -> None:
