@@ -13,6 +13,9 @@ This module is the one home of residual corrections: the store (S3 records into 
 per-chain corrections in force (:func:`correction_fn`, which S2, S5 and the ledger use), and
 what the planner remembers of them per stratum.  The surrogate only applies a
 :class:`koi.surrogate.RankCorrection`; it never decides one.
+
+Longer than most modules: the store, the corrections in force and the samples S3 records share
+one key scheme (stratum, chain) and one factor arithmetic; apart, each would re-derive them.
 """
 
 from __future__ import annotations
@@ -78,6 +81,10 @@ def floor_of(variable: str) -> float:
     return _FLOORS.get(variable, _FRACTION_FLOOR)
 
 
+#: How many ``|``-separated fields a stratum key has (``Stratum.key``); a chain key adds more.
+_STRATUM_FIELDS = len(GLOBAL.key.split("|"))
+
+
 @attrs.frozen
 class CorrectionStore:
     """Immutable map (stratum, variable) -> recent implied factors."""
@@ -86,10 +93,22 @@ class CorrectionStore:
     _index: Mapping[tuple[str, str], tuple[float, ...]] = attrs.field(
         init=False, eq=False, hash=False, repr=False
     )
+    _chains: Mapping[tuple[str, str], list[str]] = attrs.field(
+        init=False, eq=False, hash=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         index = {(e.stratum, e.variable): e.factors for e in self.entries}
         object.__setattr__(self, "_index", index)
+        chains: dict[tuple[str, str], list[str]] = {}  # chain keys by (engine, model)
+        for key in sorted({k for k, _ in index if k.count("|") >= _STRATUM_FIELDS}):
+            parts = key.split("|")
+            chains.setdefault((parts[_STRATUM_FIELDS - 1], parts[_STRATUM_FIELDS]), []).append(key)
+        object.__setattr__(self, "_chains", chains)
+
+    def chains_of(self, engine: str, model: str, cfg: CorrectionConfig) -> list[str]:
+        """The chain keys of ``model`` on ``engine`` (any GPU type) with evidence, sorted."""
+        return [k for k in self._chains.get((engine, model), ()) if self.has_evidence(k, cfg)]
 
     def factor(self, stratum: str, variable: str, cfg: CorrectionConfig) -> float | None:
         """The current correction, or ``None`` while there is too little evidence."""
@@ -153,10 +172,6 @@ def correction_key(chain: Chain, stratum_key: str) -> str:
     return f"{stratum_key}|{chain.model}|tp{chain.config.tp}"
 
 
-#: How many ``|``-separated fields a stratum key has (``Stratum.key``); a chain key adds more.
-_STRATUM_FIELDS = len(GLOBAL.key.split("|"))
-
-
 def _stratum_part(key: str) -> str:
     """The stratum key of a stratum or chain correction key."""
     return "|".join(key.split("|")[:_STRATUM_FIELDS])
@@ -182,11 +197,6 @@ def correction_fn(
     """
     cache: dict[Chain, RankCorrection] = {}
     store, cc = state.corrections, cfg.corrections
-    elsewhere: dict[tuple[str, str], list[str]] = {}  # chain keys by (engine, model)
-    for k in sorted({e.stratum for e in store.entries}):
-        parts = k.split("|")
-        if len(parts) > _STRATUM_FIELDS and store.has_evidence(k, cc):
-            elsewhere.setdefault((parts[_STRATUM_FIELDS - 1], parts[_STRATUM_FIELDS]), []).append(k)
     confident = [
         m for m in state.mechanisms if m.belief.confidence >= cfg.planner.mechanism_min_confidence
     ]
@@ -218,7 +228,7 @@ def correction_fn(
         # the TTFT factor is relative to the decode step in force when it was learned.
         sources = [key] if store.has_evidence(key, cc) else [skey]
         if sources[0] != key and not store.has_evidence(skey, cc):
-            sources = elsewhere.get((skey.split("|")[-1], chain.model)) or sources
+            sources = store.chains_of(skey.split("|")[-1], chain.model, cc) or sources
 
         def learned(variable: str) -> float | None:
             found = [f for s in sources if (f := store.factor(s, variable, cc)) is not None]
