@@ -166,10 +166,7 @@ def _steps(
     hit = memo.get(key) if memo is not None else None
     if hit is None:
         size = inp / chunks
-        # The decode-only iteration is _step(load, 0.0, seqs, ctx, inp): the same arguments.
-        dec = load.step_model.step(
-            prefill_tokens=0, prefill_pairs=0.0, decode_seqs=n, decode_context_tokens=n_ctx
-        )
+        dec = _step(load, 0.0, seqs, ctx, inp)
         chunk = load.step_model.step(
             prefill_tokens=round(size),
             prefill_pairs=size * inp / 2.0,
