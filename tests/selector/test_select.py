@@ -234,6 +234,32 @@ def test_select_is_feasible_exact_and_beats_greedy(p: SelectionProblem) -> None:
     assert sel.greedy_objective == pytest.approx(g.objective)
 
 
+def test_a_warm_start_highs_does_not_improve_on_is_not_taken_as_optimal() -> None:
+    # Found by the property test above: HiGHS handed the greedy start (objective -1) back as
+    # "optimal" with a bound of 0; the optimum scales j0 in so that j2 fits the quota.
+    cands = (
+        Candidate("j0", "keep", "keep", 0.0, {"p0": 2}),
+        Candidate("j0", "c0", "reconfigure", 0.0, {"p0": 1}, changes=True),
+        Candidate("j1", "defer", "defer", -3.0, {}),
+        Candidate("j1", "c0", "place", -2.0, {"p0": 2}),
+        Candidate("j1", "c1", "place", -1.0, {"p0": 2, "p1": 1}),
+        Candidate("j1", "c2", "place", 0.0, {"p0": 2, "p1": 2}),
+        Candidate("j2", "defer", "defer", -1.0, {}),
+        Candidate("j2", "c0", "place", 0.0, {"p1": 4}),
+    )
+    p = SelectionProblem(
+        candidates=cands,
+        pools=(PoolCapacity("p0", 5), PoolCapacity("p1", 6)),
+        quota_group={"j0": "b", "j1": "b", "j2": "b"},
+        quota_caps={"b": 9},
+        held_gpus={"j0": {"p0": 2}},
+    )
+    sel = select(p, **EXACT)
+    assert brute_force(p) == 0.0
+    assert sel.objective == pytest.approx(0.0, abs=1e-9)
+    assert dict(sel.chosen) == {"j0": "c0", "j1": "c2", "j2": "c0"}
+
+
 @settings(max_examples=30, deadline=None)
 @given(p=problems(max_jobs=5, max_cands=4))
 def test_highspy_agrees_with_scipy_milp(p: SelectionProblem) -> None:

@@ -200,6 +200,13 @@ def select(
         mip_rel_gap=cfg.mip_rel_gap,
         start=start,
     )
+    if start is not None and res.status == "optimal" and res.x is not None:
+        # HiGHS may return the start it was given as "optimal" below its own bound (seen on a
+        # small problem its presolve solves): then the start was never improved on, and a
+        # solve without it finds the optimum.
+        got = plan_objective(comp, _as_choice(comp, milp, res.x))
+        if _gap(got, res.bound) > cfg.mip_rel_gap:
+            res = solve_milp(milp, time_limit_s=_time_left(cfg, t0), mip_rel_gap=cfg.mip_rel_gap)
     if res.x is not None:
         choice = _as_choice(comp, milp, res.x)
         if not violations(comp, choice):
