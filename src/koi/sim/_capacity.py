@@ -64,13 +64,18 @@ def reference_cost_per_token(
 
     pools = tuple(pools)
     total_tok = total_usd = 0.0
-    cache: dict[tuple[str, str, str, str, Config], float] = {}
+    # Keyed by the job's model and workload, not its id: jobs with the same model and
+    # workload get the same chains and the same answers (fleet-xl: 300 jobs, 81 workloads).
+    workloads: dict[tuple[str, WorkloadProfile], int] = {}
+    cache: dict[tuple[int, str, str, str, Config], float] = {}
     feasible: dict[tuple[str, str, int, bool, Config], bool] = {}
+    configs: dict[tuple[int, Quant], Config] = {}
     for job in jobs:
         model = models.get(job.model)
         if model is None:
             continue
         w = job.workload
+        wid = workloads.setdefault((job.model, w), len(workloads))
         if job.is_online:
             tokens = (w.rate_rps or 0.0) * max(0.0, duration_s - job.arrival_s) * w.output_len.mean
         else:
@@ -84,7 +89,9 @@ def reference_cost_per_token(
                 continue
             for tp in (1, 2, 4, 8):
                 for quant in quants:
-                    config = Config(tp=tp, quant=quant)
+                    config = configs.get((tp, quant))
+                    if config is None:
+                        config = configs[tp, quant] = Config(tp=tp, quant=quant)
                     env = pool.environment
                     fkey = (model.name, gpu.name, env.gpus_per_instance, env.multi_node, config)
                     ok = feasible.get(fkey)
@@ -92,7 +99,7 @@ def reference_cost_per_token(
                         ok = feasible[fkey] = feasibility(gpu, model, config, env).ok
                     if not ok:
                         continue
-                    key = (job.id, gpu.name, env.cloud, env.instance_type, config)
+                    key = (wid, gpu.name, env.cloud, env.instance_type, config)
                     tok_s = cache.get(key)
                     if tok_s is None:
                         tok_s = cache[key] = capacity(Chain(job.model, env, config), w)

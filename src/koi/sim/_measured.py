@@ -521,6 +521,7 @@ class MeasuredTruth:
         self._cfg = truth or TruthConfig()
         self.board = SpeedBoard()
         self._curves: dict[tuple[object, ...], _Curves] = {}
+        self._steps: dict[tuple[object, ...], MeasuredStepModel] = {}
         self._memo: dict[tuple[object, ...], object] = {}
         self._sources: dict[tuple[str, str], _MemoSource] = {}
         # A chain without an environment (reference planners) runs on the fleet's multi-GPU
@@ -741,7 +742,26 @@ class MeasuredTruth:
         slow: float = 1.0,
         environment: Environment | None = None,
     ) -> MeasuredStepModel:
-        """The true step-time model of one replica (``slow`` > 1 for a degraded replica)."""
+        """The true step-time model of one replica (``slow`` > 1 for a degraded replica).
+
+        Memoised: the model is a pure function of its arguments and the seed (the GPU's
+        current speed is read at every step), so the world's reference capacities, its
+        replicas and its replicas after a driver update share one model and its per-shape
+        terms."""
+        key = (gpu, model, config, slow, environment)
+        hit = self._steps.get(key)
+        if hit is None:
+            hit = self._steps[key] = self._step_model(gpu, model, config, slow, environment)
+        return hit
+
+    def _step_model(
+        self,
+        gpu: GpuSpec,
+        model: ModelSpec,
+        config: Config,
+        slow: float,
+        environment: Environment | None,
+    ) -> MeasuredStepModel:
         hw = self._hw
         link = self.link(gpu, config, environment)
         et = self.engine(config.engine, model)

@@ -137,6 +137,7 @@ class World(Serving):
         self._specs: dict[tuple[object, ...], ReplicaSpec | None] = {}
         self._generation: Counter[str] = Counter()
         self._feas: dict[tuple[str, str, object], Feasibility] = {}
+        self._capacities: dict[tuple[Chain, int, float, float], float] = {}
         self._hazard: Counter[str] = Counter()
         self._pending_preemptions: Counter[str] = Counter()
         self.now = 0.0
@@ -161,7 +162,19 @@ class World(Serving):
 
     def _true_capacity(self, chain: Chain, workload: WorkloadProfile) -> float:
         """Saturated output tokens/s of one replica of ``chain`` under the truth (0 if it
-        cannot start)."""
+        cannot start).
+
+        Memoised per chain, GPU generation (driver updates change the truth) and the two
+        workload means :func:`replica_capacity` reads: jobs of one model with different rates
+        or length spreads share the answer."""
+        w_in, w_out = workload.input_len.mean, workload.output_len.mean
+        key = (chain, self._generation[chain.environment.gpu], w_in, w_out)
+        hit = self._capacities.get(key)
+        if hit is None:
+            hit = self._capacities[key] = self._capacity_of(chain, workload)
+        return hit
+
+    def _capacity_of(self, chain: Chain, workload: WorkloadProfile) -> float:
         limits = self._limits(chain)
         if limits is None:
             return 0.0

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -21,6 +22,8 @@ from koi.surrogate.replay._stats import WindowStats
 from koi.types import Routing
 
 __all__ = ["ReplayEngine", "run_closed_loop"]
+
+_LOAD = operator.attrgetter("load")
 
 
 class _Acc:
@@ -381,12 +384,7 @@ class ReplayEngine:
         elif self.routing is Routing.PREFIX_AFFINITY and seq.pre >= 0 and len(reps) > 1:
             r = self._affine(seq.pre)
         else:
-            r = reps[0]
-            best = len(r.waiting) + len(r.running)
-            for x in reps:
-                load = len(x.waiting) + len(x.running)
-                if load < best:
-                    r, best = x, load
+            r = min(reps, key=_LOAD)  # the first least-loaded: ties to the lowest index
         if seq.inp + seq.out > r.cap:
             self.acc.rejected += 1
             if seq.fed:
@@ -394,6 +392,7 @@ class ReplayEngine:
             return
         was_empty = not r.waiting
         r.waiting.append(seq)
+        r.load += 1
         self.on_queue(t, 1)
         if not r.p_on:
             r.plan(t, self)
@@ -407,7 +406,7 @@ class ReplayEngine:
         best = low = self._reps[0]
         best_load = low_load = 1 << 62
         for x in self._reps:
-            load = len(x.waiting) + len(x.running)
+            load = x.load
             if load < low_load:
                 low, low_load = x, load
             if load < best_load and x.pc is not None and x.pc.holds(prefix):

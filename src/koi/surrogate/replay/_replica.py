@@ -154,7 +154,8 @@ class _Replica:
       tokens per iteration; ``mixed`` decode-first mixed batches (else prefill-first).
     * queues — ``waiting`` (arrived, not admitted; preempted ones go back to its head),
       ``running`` (admitted, in admission order), ``prefilling`` (admitted, prompt not done),
-      ``heap`` (decoders keyed by the iteration they finish at).
+      ``heap`` (decoders keyed by the iteration they finish at); ``load`` is
+      ``len(waiting) + len(running)``, kept as requests are routed in and finish or leave.
     * KV and decode accounting — ``it`` the iteration counter, ``n_dec`` decoding sequences,
       ``s_dec`` the sum of their offsets (their KV tokens are ``s_dec + n_dec * it``),
       ``used_pre`` KV tokens held by prefilling sequences and pinned prefixes.
@@ -174,6 +175,7 @@ class _Replica:
         "chunk_adm",
         "heap",
         "it",
+        "load",
         "m",
         "maxb",
         "mixed",
@@ -214,6 +216,7 @@ class _Replica:
         self.running: dict[int, _Seq] = {}  # admission order: the last one is preempted first
         self.prefilling: list[_Seq] = []
         self.heap: list[tuple[int, int, _Seq]] = []
+        self.load = 0  # len(waiting) + len(running), kept for routing
         self.n_dec = 0
         self.s_dec = 0
         self.used_pre = 0
@@ -447,6 +450,7 @@ class _Replica:
             seq.hv = -1
             seq.gen = seq.out
             del running[seq.uid]
+            self.load -= 1
             self.n_dec -= 1
             self.s_dec -= seq.off
             self.sb_dec -= seq.sb
@@ -474,6 +478,7 @@ class _Replica:
                             acc.ttft.append((e - seq.arrival) * 1e3)
                         if seq.gen >= seq.out:
                             del running[seq.uid]
+                            self.load -= 1
                             self._unpin(seq)
                             eng.on_finish(seq, e)
                         else:
@@ -519,6 +524,7 @@ class _Replica:
         out.extend(self.waiting)
         self.running.clear()
         self.waiting.clear()
+        self.load = 0
         self.prefilling.clear()
         self.heap.clear()
         self.n_dec = self.s_dec = self.used_pre = self.sb_dec = 0
