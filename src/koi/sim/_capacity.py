@@ -60,8 +60,9 @@ def reference_cost_per_token(
     batch: requests × mean output).
     ``capacity(chain, workload)`` is the truth's saturated output tokens/s of one replica.
     """
-    from koi.surrogate import feasibility
+    from koi.surrogate import SurrogateConfig, feasibility
 
+    sur = SurrogateConfig()  # the default, built once (feasibility builds one per call)
     pools = tuple(pools)
     total_tok = total_usd = 0.0
     # Keyed by the job's model and workload, not its id: jobs with the same model and
@@ -96,7 +97,7 @@ def reference_cost_per_token(
                     fkey = (model.name, gpu.name, env.gpus_per_instance, env.multi_node, config)
                     ok = feasible.get(fkey)
                     if ok is None:
-                        ok = feasible[fkey] = feasibility(gpu, model, config, env).ok
+                        ok = feasible[fkey] = feasibility(gpu, model, config, env, cfg=sur).ok
                     if not ok:
                         continue
                     key = (wid, gpu.name, env.cloud, env.instance_type, config)

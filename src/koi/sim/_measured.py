@@ -54,6 +54,7 @@ def _token_grid() -> np.ndarray:
 
 _GRID = _token_grid()
 _GRID_1 = np.maximum(_GRID, 1.0)
+_GRID_2 = 2.0 * _GRID_1  # prompts twice as long: the marginal cost of prefill attention
 _GRID_LIST = _GRID.tolist()
 _LAST = len(_GRID_LIST) - 2
 
@@ -223,7 +224,7 @@ class _Curves:
         # a(t) + p * alpha(t), alpha the measured marginal cost per pair between one prompt of
         # t and one of 2t tokens, a so that one prompt of t tokens costs what was measured.
         l1 = src.prefill_attention(g, s.q_heads, s.head_dim)
-        l2 = src.prefill_attention(2.0 * g, s.q_heads, s.head_dim)
+        l2 = src.prefill_attention(_GRID_2, s.q_heads, s.head_dim)
         alpha = np.maximum((l2 - l1) / (1.5 * g * g), 1e-12) * context_scale
         pre_a = np.maximum(l1 - alpha * g * g / 2.0, 0.25 * l1)
         # Decode attention of n sequences, affine in their summed context c: the secant of the
@@ -257,8 +258,9 @@ class _Curves:
 
 
 class _MemoSource:
-    """A :class:`KernelSource` whose curves over the token grid are computed once per
-    argument tuple (chains of one GPU and engine share most of their operators)."""
+    """A :class:`KernelSource` whose curves over the token grid (and, for prefill attention,
+    twice the grid) are computed once per argument tuple (chains of one GPU and engine share
+    most of their operators)."""
 
     def __init__(self, src: KernelSource) -> None:
         self.src = src
@@ -268,7 +270,9 @@ class _MemoSource:
     def _get(
         self, key: tuple[object, ...], x: np.ndarray, fn: Callable[[], np.ndarray]
     ) -> np.ndarray:
-        if x is not _GRID_1 and not (x.shape == _GRID_1.shape and (x == _GRID_1).all()):
+        if x is _GRID_2:
+            key = (*key, 2)
+        elif x is not _GRID_1 and not (x.shape == _GRID_1.shape and (x == _GRID_1).all()):
             return fn()
         hit = self._memo.get(key)
         if hit is None:
@@ -279,7 +283,9 @@ class _MemoSource:
         return self._get(("g", n, k, dtype), m, lambda: self.src.gemm(m, n, k, dtype))
 
     def prefill_attention(self, s: np.ndarray, heads: int, head_dim: int) -> np.ndarray:
-        return self.src.prefill_attention(s, heads, head_dim)
+        return self._get(
+            ("p", heads, head_dim), s, lambda: self.src.prefill_attention(s, heads, head_dim)
+        )
 
     def decode_attention(
         self, batch: np.ndarray, context: float, kv_heads: float, head_dim: int
@@ -416,24 +422,28 @@ class MeasuredStepModel:
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> StepTime:
+        c, m, k, b, o = self.step_parts(
+            prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens
+        )
+        return StepTime(compute_s=c, memory_s=m, comm_s=k, bubble_s=b, overhead_s=o)
+
+    def step_parts(
+        self, prefill_tokens: int, prefill_pairs: float, decode_seqs: int, context_tokens: int
+    ) -> tuple[float, float, float, float, float]:
+        """The fields of :meth:`step` (compute, memory, comm, bubble, overhead) as a tuple:
+        what the engine's step cache reads when it builds a node."""
         key = (prefill_tokens, decode_seqs)
         terms = self._terms.get(key)
         if terms is None:
             terms = self._terms[key] = self._shape_terms(prefill_tokens, decode_seqs)
         base, base_c, per_pair, per_ctx, comm, send, over, noise = terms
-        kern = base + per_pair * prefill_pairs + per_ctx * decode_context_tokens
+        kern = base + per_pair * prefill_pairs + per_ctx * context_tokens
         kern_c = base_c + per_pair * prefill_pairs
         bubble = 0.0
         if self._pp > 1:
             bubble = (self._pp - 1) * (self._pp_loss * (kern + comm) + send)
         s = noise * self.slow / self._board.speed(self._gpu, self._engine) * 1e-3
-        return StepTime(
-            compute_s=kern_c * s,
-            memory_s=kern * s,
-            comm_s=comm * s,
-            bubble_s=bubble * s,
-            overhead_s=over * s,
-        )
+        return (kern_c * s, kern * s, comm * s, bubble * s, over * s)
 
     def _shape_terms(self, t: int, n: int) -> tuple[float, ...]:
         """Everything of a step that depends on its batch shape only (ms): kernel time at

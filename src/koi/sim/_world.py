@@ -28,7 +28,7 @@ from koi.sim._serve import Serving
 from koi.sim._state import JobState
 from koi.sim._trace import BatchRecord
 from koi.sim._truth import PriorFactory, ReplicaLimits, TruthModel, event_rng, stable_seed
-from koi.surrogate import Feasibility, feasibility
+from koi.surrogate import Feasibility, SurrogateConfig, feasibility
 from koi.surrogate.replay import (
     CachedStepModel,
     ReplicaSpec,
@@ -138,6 +138,7 @@ class World(Serving):
         self._generation: Counter[str] = Counter()
         self._feas: dict[tuple[str, str, object], Feasibility] = {}
         self._capacities: dict[tuple[Chain, int, float, float], float] = {}
+        self._surrogate_cfg = SurrogateConfig()  # feasibility's default, built once
         self._hazard: Counter[str] = Counter()
         self._pending_preemptions: Counter[str] = Counter()
         self.now = 0.0
@@ -203,7 +204,9 @@ class World(Serving):
         if fe is None:
             gpu = self.gpus[chain.environment.gpu]
             model = self.models[chain.model]
-            fe = self._feas[key] = feasibility(gpu, model, chain.config, chain.environment)
+            fe = self._feas[key] = feasibility(
+                gpu, model, chain.config, chain.environment, cfg=self._surrogate_cfg
+            )
         return fe
 
     def _limits(self, chain: Chain) -> ReplicaLimits | None:
