@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from koi.surrogate.replay import StepTimeModel
 from koi.types import Chain, Config, GpuSpec, Job, ModelSpec, Pool, Quant, WorkloadProfile
 
-__all__ = ["reference_cost_per_token", "replica_capacity"]
+__all__ = ["capacity_at_limits", "reference_cost_per_token", "replica_capacity"]
 
 
 def replica_capacity(
@@ -21,15 +21,30 @@ def replica_capacity(
 
     .. math:: \text{req/s} = 1 / (t_p + out \cdot t_d(B) / B)
     """
+    return capacity_at_limits(
+        step, kv_capacity_tokens, config.max_batch_size, config.max_batched_tokens, workload
+    )
+
+
+def capacity_at_limits(
+    step: StepTimeModel,
+    kv_capacity_tokens: int,
+    max_batch_size: int,
+    max_batched_tokens: int,
+    workload: WorkloadProfile,
+) -> tuple[float, float]:
+    """:func:`replica_capacity` with the scheduler limits given directly (the only fields of
+    the config it reads): the world asks with its engines' true limits without building a
+    config for each chain."""
     inp = max(1.0, workload.input_len.mean)
     out = max(1.0, workload.output_len.mean)
     ctx = inp + out / 2.0
-    cap = min(config.max_batch_size, config.max_batched_tokens, int(kv_capacity_tokens / ctx))
+    cap = min(max_batch_size, max_batched_tokens, int(kv_capacity_tokens / ctx))
     b = max(1, cap)
     t_d = step.step(
         prefill_tokens=0, prefill_pairs=0.0, decode_seqs=b, decode_context_tokens=int(b * ctx)
     ).time_s
-    chunk = max(1, min(int(inp), config.max_batched_tokens))
+    chunk = max(1, min(int(inp), max_batched_tokens))
     chunks = inp / chunk
     t_c = step.step(
         prefill_tokens=chunk,

@@ -19,7 +19,7 @@ import attrs
 import numpy as np
 
 from koi.errors import InvalidInput
-from koi.sim._capacity import reference_cost_per_token, replica_capacity
+from koi.sim._capacity import capacity_at_limits, reference_cost_per_token, replica_capacity
 from koi.sim._config import SimConfig
 from koi.sim._deploy import Deployment, Replica
 from koi.sim._measured import MeasuredTruth
@@ -181,12 +181,13 @@ class World(Serving):
             return 0.0
         gpu, model = self.gpus[chain.environment.gpu], self.models[chain.model]
         step = self._truth.step_model(gpu, model, chain.config, environment=chain.environment)
-        config = attrs.evolve(
-            chain.config,
-            max_batch_size=limits.max_batch_size,
-            max_batched_tokens=limits.max_batched_tokens,
+        _, tok_s = capacity_at_limits(
+            step,
+            limits.kv_capacity_tokens,
+            limits.max_batch_size,
+            limits.max_batched_tokens,
+            workload,
         )
-        _, tok_s = replica_capacity(step, limits.kv_capacity_tokens, config, workload)
         return tok_s
 
     @staticmethod

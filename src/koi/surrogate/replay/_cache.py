@@ -274,7 +274,8 @@ class CachedStepModel:
         s3 = g[3] + p * g[8] + c * g[13]
         s4 = g[4] + p * g[9] + c * g[14]
         total = (s0 if s0 > s1 else s1) + s2 + s3 + s4
-        if not total > 0.0 or min(s0, s1, s2, s3, s4) < 0.0:
+        # Nodes and inputs are finite: "any component < 0" is min(...) < 0 without the call.
+        if not total > 0.0 or s0 < 0.0 or s1 < 0.0 or s2 < 0.0 or s3 < 0.0 or s4 < 0.0:
             return self._exact(t, p, n, c)  # the interpolation left the model's valid range
         return (total, s0, s1, s2, s3, s4)
 

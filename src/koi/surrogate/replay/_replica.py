@@ -388,7 +388,8 @@ class _Replica:
         self.p_n = n
         self.p_run = len(running)
         self.p_st = st
-        eng.schedule(self)
+        eng._tie += 1  # schedule(), inlined: once per block
+        heapq.heappush(eng._ends, (self.p_e, eng._tie, self))
 
     def cut_for_arrival(self, t: float, eng: ReplayEngine) -> None:
         """End a multi-iteration decode block at the first iteration boundary at or after ``t``."""
@@ -436,8 +437,25 @@ class _Replica:
     def commit(self, eng: ReplayEngine) -> None:
         """Apply the block ending at ``p_e``: tokens, first tokens, finishes."""
         e = self.p_e
-        self.account(max(self.p_s, self.p_acc), e, eng)
         acc = eng.acc
+        # account(max(p_s, p_acc), e) inlined: commit runs once per block.
+        a = self.p_s
+        if self.p_acc > a:
+            a = self.p_acc
+        d = e - a
+        if d > 0.0:
+            st = self.p_st
+            w = d / self.p_dt
+            acc.busy += d
+            acc.batch += self.p_run * d
+            acc.kv += self.p_kv / self.cap * d
+            acc.compute += st[1] * w
+            acc.memory += st[2] * w
+            acc.comm += st[3] * w
+            acc.bubble += st[4] * w
+            acc.overhead += st[5] * w
+            if self.p_pref:
+                acc.prefill += d
         acc.tokens += self.p_n * (self.p_k - self.p_kacc)
         self.it += self.p_k
         it = self.it
@@ -488,7 +506,8 @@ class _Replica:
                             self.s_dec += seq.off
                             self.sb_dec += seq.sb
                             self.n_dec += 1
-                            ver = eng.next_version()
+                            eng._ver += 1  # next_version(), inlined
+                            ver = eng._ver
                             seq.hv = ver
                             heapq.heappush(heap, (it + seq.out - seq.gen, ver, seq))
                         continue
