@@ -249,10 +249,9 @@ class ReplayEngine:
             return False
         if req.input_tokens < 1 or req.output_tokens < 1:
             raise InvalidInput(f"requests: need input/output tokens >= 1, got {req!r}")
-        issued = Request(
-            req.id, t, req.input_tokens, req.output_tokens, req.prefix, req.prefix_tokens
-        )
-        heapq.heappush(self._arr, (t, self._order, issued, True))
+        # Issued at t: the heap key is its arrival (advance reads arrivals from the key, so
+        # the request is not rebuilt with a new arrival_s).
+        heapq.heappush(self._arr, (t, self._order, req, True))
         self._order += 1
         return True
 
@@ -384,7 +383,8 @@ class ReplayEngine:
         elif self.routing is Routing.PREFIX_AFFINITY and seq.pre >= 0 and len(reps) > 1:
             r = self._affine(seq.pre)
         else:
-            r = min(reps, key=_LOAD)  # the first least-loaded: ties to the lowest index
+            # The first least-loaded: ties to the lowest index.
+            r = reps[0] if len(reps) == 1 else min(reps, key=_LOAD)
         if seq.inp + seq.out > r.cap:
             self.acc.rejected += 1
             if seq.fed:
@@ -447,7 +447,7 @@ class ReplayEngine:
                 seq = _Seq(
                     self._uid,
                     req.id,
-                    req.arrival_s,
+                    t_a,  # the heap key: the request's arrival_s, or when it was issued
                     req.input_tokens,
                     req.output_tokens,
                     fed,
@@ -471,19 +471,14 @@ class ReplayEngine:
         duration = until - start
         replica_s = len(self._reps) * duration
         per = replica_s if replica_s > 0 else duration
-        ages: list[float] = []
-        for seq in self._held:
-            if seq.first < 0.0:
-                ages.append(until - seq.arrival)
+        # Ages of requests without a first token, in the same order as before (queues can
+        # hold thousands under overload: comprehensions, not appends).
+        ages = [until - seq.arrival for seq in self._held if seq.first < 0.0]
         running = 0
         for r in self._reps:
             running += len(r.running)
-            for seq in r.waiting:
-                if seq.first < 0.0:
-                    ages.append(until - seq.arrival)
-            for seq in r.prefilling:
-                if seq.first < 0.0:
-                    ages.append(until - seq.arrival)
+            ages += [until - seq.arrival for seq in r.waiting if seq.first < 0.0]
+            ages += [until - seq.arrival for seq in r.prefilling if seq.first < 0.0]
         f_first = np.array(acc.f_first, dtype=float)
         f_end = np.array(acc.f_end, dtype=float)
         f_out = np.array(acc.f_out, dtype=float)
