@@ -393,7 +393,9 @@ class ReplayEngine:
         was_empty = not r.waiting
         r.waiting.append(seq)
         r.load += 1
-        self.on_queue(t, 1)
+        self.acc.q_area += self._q * (t - self._q_t)  # on_queue(t, 1), inlined
+        self._q_t = t
+        self._q += 1
         if not r.p_on:
             r.plan(t, self)
         elif was_empty and r.p_k > 1 and len(r.running) < r.maxb:

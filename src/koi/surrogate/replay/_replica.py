@@ -472,7 +472,8 @@ class _Replica:
             self.n_dec -= 1
             self.s_dec -= seq.off
             self.sb_dec -= seq.sb
-            self._unpin(seq)
+            if seq.sb:  # _unpin's own test, without the call for prefix-free requests
+                self._unpin(seq)
             eng.on_finish(seq, e)
         if self.p_pref:
             keep: list[_Seq] = []
@@ -497,7 +498,8 @@ class _Replica:
                         if seq.gen >= seq.out:
                             del running[seq.uid]
                             self.load -= 1
-                            self._unpin(seq)
+                            if seq.sb:
+                                self._unpin(seq)
                             eng.on_finish(seq, e)
                         else:
                             seq.j = it
