@@ -6,9 +6,38 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import attrs
+
+from koi.config import KoiConfig
+from koi.dag import default_dag
 from koi.planner import Planner
+from koi.planner._corrections import (
+    DECODE_TIME,
+    CorrectionStore,
+    SharedCorrections,
+    correction_fn,
+    correction_key,
+)
+from koi.planner._evaluate import Evaluated, EvaluationMemo, Evaluator
+from koi.planner._state import PlannerState
+from koi.planner._strata import stratum_for
+from koi.risk import EpsilonCalibrator
 from koi.sim import load_scenario, run
-from koi.types import ActionKind, ClusterSnapshot, Observation, Plan
+from koi.surrogate import Surrogate
+from koi.types import (
+    ActionKind,
+    ActiveDeployment,
+    Chain,
+    ClusterSnapshot,
+    Config,
+    Ladder,
+    Observation,
+    Plan,
+    Quant,
+    Rank,
+)
+
+from ._world import CATALOG, chat_job, pools
 
 
 class _Twin:
@@ -46,3 +75,129 @@ def test_incremental_ticks_plan_as_from_scratch_on_a_changing_fleet() -> None:
     # and the warm planner answered from its cross-tick memos.
     assert changed >= 2
     assert twin.warm.surrogate.hits > 0
+
+
+class _Replanner(_Twin):
+    """The twin, plus, after each tick, the same snapshot planned again with no new
+    telemetry (a tick in which nothing changed) by the warm planner and by a fresh one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.replans: list[tuple[Plan, Plan]] = []
+
+    def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
+        plan = super().decide(snapshot, observations)
+        cold = Planner()
+        cold.state = self.warm.state
+        cold._observed_rates = dict(self.warm._observed_rates)
+        cold._progress = dict(self.warm._progress)
+        from_scratch = cold.tick(snapshot, ()).plan
+        self.replans.append((self.warm.tick(snapshot, ()).plan, from_scratch))
+        return plan
+
+
+def test_a_tick_with_nothing_new_reuses_evaluations_and_plans_as_from_scratch() -> None:
+    twin = _Replanner()
+    run(load_scenario("smoke"), twin, seed=1)
+    for k, (incremental, from_scratch) in enumerate(twin.pairs):
+        assert incremental == from_scratch, f"tick {k}"
+    for k, (incremental, from_scratch) in enumerate(twin.replans):
+        assert incremental == from_scratch, f"re-plan after tick {k}"
+    # The re-plans were answered from the evaluation memo.
+    assert twin.warm._evaluations.hits > 0
+
+
+# ---- the evaluation memo, one input at a time ------------------------------------------------
+
+_CFG = KoiConfig()
+_SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
+_POOLS = pools(gpus=("L40S", "H100-SXM"), per_pool=8)
+_A = chat_job("a", rate=4.0)
+_B = chat_job("b", rate=2.0)
+
+
+def _ladder(gpu: str, replicas: int, quant: Quant = Quant.BF16) -> Ladder:
+    env = next(p.environment for p in _POOLS if p.environment.gpu == gpu)
+    return Ladder((Rank(Chain(_A.model, env, Config(quant=quant)), replicas),))
+
+
+_LADDERS = (_ladder("L40S", 1), _ladder("L40S", 2, Quant.INT4), _ladder("H100-SXM", 1))
+
+
+def _evaluator(
+    snapshot: ClusterSnapshot,
+    state: PlannerState,
+    *,
+    memo: EvaluationMemo | None,
+    shared: SharedCorrections | None,
+) -> Evaluator:
+    return Evaluator(
+        snapshot=snapshot,
+        state=state,
+        surrogate=_SURROGATE,
+        gpus=CATALOG.gpus,
+        models=CATALOG.models,
+        dag=default_dag(),
+        cfg=_CFG,
+        reference_cost={_A.id: 0.2, _B.id: 0.2},
+        shared_corrections=shared,
+        memo=memo,
+    )
+
+
+def test_an_evaluation_is_reused_only_while_every_input_of_it_is_unchanged() -> None:
+    base = Planner.initial_state(_CFG)
+    chain = _LADDERS[0].ranks[0].chain
+    skey = stratum_for(chain, CATALOG.models[chain.model], _CFG).key
+    slower = CorrectionStore().record(
+        [(correction_key(chain, skey), DECODE_TIME, 1.0, 1.4, 1.0)], _CFG.corrections
+    )
+    b_on = [ActiveDeployment(_B.id, _ladder("H100-SXM", 1))]
+    b_moved = [ActiveDeployment(_B.id, _ladder("L40S", 1))]
+    a_on = [ActiveDeployment(_A.id, _LADDERS[0])]
+    # (what changed, snapshot, state, whether job a's evaluations must be reused)
+    steps = [
+        ("start", ClusterSnapshot(0.0, [_A, _B], _POOLS, b_on), base, False),
+        ("a neighbour moved", ClusterSnapshot(0.0, [_A, _B], _POOLS, b_moved), base, True),
+        (
+            "its chain's correction moved",
+            ClusterSnapshot(0.0, [_A, _B], _POOLS, b_moved),
+            attrs.evolve(base, corrections=slower),
+            False,
+        ),
+        (
+            "the band's radius moved",
+            ClusterSnapshot(0.0, [_A, _B], _POOLS, b_moved),
+            attrs.evolve(base, corrections=slower, epsilon=EpsilonCalibrator(eps=1.5)),
+            False,
+        ),
+        (
+            "it now runs",
+            ClusterSnapshot(0.0, [_A, _B], _POOLS, [*b_moved, *a_on]),
+            attrs.evolve(base, corrections=slower, epsilon=EpsilonCalibrator(eps=1.5)),
+            False,
+        ),
+    ]
+    memo, shared = EvaluationMemo(), SharedCorrections()
+    before: list[Evaluated] = []
+    for what, snapshot, state, reused in steps:
+        warm = _evaluator(snapshot, state, memo=memo, shared=shared)
+        cold = _evaluator(snapshot, state, memo=None, shared=None)
+        hits = memo.hits
+        got = [warm.evaluate(_A, lad, key=f"c{k}") for k, lad in enumerate(_LADDERS)]
+        fresh = [cold.evaluate(_A, lad, key=f"c{k}") for k, lad in enumerate(_LADDERS)]
+        assert got == fresh, what
+        # The exploration items each evaluation records, in the same order.
+        assert list(warm.uncertainty.items()) == list(cold.uncertainty.items()), what
+        assert warm.mechanism_items == cold.mechanism_items, what
+        assert (memo.hits - hits == len(_LADDERS)) is reused, what
+        if before and not reused:  # the change matters: a reused entry would be stale
+            assert got != before, what
+        before = got
+        # One correction per chain, shared by every job, equal to the job's own.
+        for lad in _LADDERS:
+            for job in (_A, _B):
+                own = correction_fn(state, job, gpus=CATALOG.gpus, models=CATALOG.models, cfg=_CFG)
+                c = lad.ranks[0].chain
+                assert warm.corrections(job)(c) == cold.corrections(job)(c), what
+                assert warm._full_corrections(job)(c) == own(c), what

@@ -42,12 +42,14 @@ __all__ = [
     "PREFILL_TIME",
     "CorrectionEntry",
     "CorrectionStore",
+    "SharedCorrections",
     "compared_pairs",
     "correction_fn",
     "correction_key",
     "correction_moved",
     "correction_samples",
     "correction_signature",
+    "outcomes_only",
 ]
 
 DECODE_TIME = "decode_time"
@@ -265,6 +267,69 @@ def correction_fn(
         return result
 
     return correct
+
+
+class SharedCorrections:
+    """The corrections in force per chain, worked out once for every job and kept across
+    ticks while the state they read is unchanged (a memo: it only saves work).
+
+    :func:`correction_fn` reads the job only to match confident mechanisms' scopes; while no
+    mechanism is confident a chain's correction is the same for every job, and it reads no
+    more of the state than the correction store, the signatures and the mechanisms (whether
+    any is confident).  Tenants' copies of a model ask for the same chains, and a tick with
+    no new evidence asks for the same corrections as the tick before."""
+
+    def __init__(self) -> None:
+        self._inputs: tuple[object, ...] | None = None
+        self._full: Callable[[Chain], RankCorrection] | None = None
+        self._outcomes: Callable[[Chain], RankCorrection] | None = None
+
+    def functions(
+        self,
+        state: PlannerState,
+        job: Job,
+        *,
+        gpus: Mapping[str, GpuSpec],
+        models: Mapping[str, ModelSpec],
+        cfg: KoiConfig,
+    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]] | None:
+        """The shared callbacks (all corrections; outcome and step corrections only, the
+        mediators left out), or ``None`` when a confident mechanism makes them depend on
+        the job (then :func:`correction_fn` per job)."""
+        least = cfg.planner.mechanism_min_confidence
+        if any(m.belief.confidence >= least for m in state.mechanisms):
+            return None
+        inputs = (state.corrections, state.signatures, state.mechanisms)
+        if (
+            self._full is None
+            or self._outcomes is None
+            or self._inputs is None
+            or self._inputs[3] is not cfg
+            or self._inputs[4] is not models
+            or self._inputs[5] is not gpus
+            or self._inputs[:3] != inputs
+        ):
+            full = correction_fn(state, job, gpus=gpus, models=models, cfg=cfg)
+            self._full, self._outcomes = full, outcomes_only(full)
+            self._inputs = (*inputs, cfg, models, gpus)
+        return self._full, self._outcomes
+
+
+def outcomes_only(
+    full: Callable[[Chain], RankCorrection],
+) -> Callable[[Chain], RankCorrection]:
+    """``full`` without the mediator corrections (memoized per chain): scoring does not read
+    the predicted mediators, so leaving them out keeps a mediator-only change from
+    invalidating cached screens (the outcomes are exactly the same)."""
+    memo: dict[Chain, RankCorrection] = {}
+
+    def outcome_only(chain: Chain) -> RankCorrection:
+        hit = memo.get(chain)
+        if hit is None:
+            hit = memo[chain] = attrs.evolve(full(chain), mediators=())
+        return hit
+
+    return outcome_only
 
 
 def sticky(held: float, estimate: float, band: float) -> float:

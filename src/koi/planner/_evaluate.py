@@ -17,7 +17,7 @@ import attrs
 from koi.beliefs import EdgeKey, Stratum
 from koi.config import KoiConfig
 from koi.dag import CausalDag, RankContext, exercised_keys
-from koi.planner._corrections import correction_fn
+from koi.planner._corrections import SharedCorrections, correction_fn, outcomes_only
 from koi.planner._report import CandidateReport
 from koi.planner._state import PlannerState
 from koi.planner._strata import stratum_for
@@ -47,7 +47,14 @@ from koi.types import (
     Rank,
 )
 
-__all__ = ["Evaluated", "Evaluator", "ExplorationItem", "replay_short_lists", "short_list"]
+__all__ = [
+    "Evaluated",
+    "EvaluationMemo",
+    "Evaluator",
+    "ExplorationItem",
+    "replay_short_lists",
+    "short_list",
+]
 
 ExplorationItem = Hashable
 
@@ -60,6 +67,59 @@ class Evaluated:
     candidate: Candidate | None
     prediction: Prediction | None = None
     terms: JobTerms | None = None
+
+
+#: What evaluating one candidate adds to the tick's exploration items, in the order it adds
+#: them: (item, its U, whether it is a mechanism's).
+Effects = tuple[tuple[ExplorationItem, float, bool], ...]
+
+# The evaluation memo starts over past this many candidates (it is a cache, not state).
+_EVALUATIONS_MEMO = 50_000
+
+
+class EvaluationMemo:
+    """Evaluated candidates kept across ticks, per job: a candidate whose inputs are all
+    unchanged is not predicted, banded and scored again (a memo: it only saves work).
+
+    What a job's evaluation reads of its own is in each entry's key (the job as planned, the
+    ladder and how it was asked for, the job's current ladder, the corrections in force on
+    both ladders' chains, its cost scale and its ideal point).  What it reads of the fleet's
+    learning is global — the band's ε and the residuals, the pooled evidence behind C3's prior
+    and the exploration items, λ, the mechanisms — and so is the clock (batch jobs' required
+    rate): when any of these differs from the tick the entries were made in, every entry is
+    dropped (:meth:`begin`).  The evidence, ε and λ move on every tick that brings telemetry,
+    so in a running fleet this memo serves the ticks with none: a re-plan of the same snapshot,
+    an advisory tick, a fleet between telemetry windows.
+    """
+
+    def __init__(self) -> None:
+        self._inputs: tuple[object, ...] | None = None
+        self._entries: dict[tuple[object, ...], tuple[Evaluated, Effects]] = {}
+        self.hits = 0
+
+    def begin(self, inputs: tuple[object, ...]) -> None:
+        """Start a tick whose global inputs are ``inputs``: keep the entries only if they
+        are the ones the entries were made with."""
+        old = self._inputs
+        same = (
+            old is not None
+            and len(old) == len(inputs)
+            and all(a is b or a == b for a, b in zip(old, inputs, strict=True))
+        )
+        if not same or len(self._entries) > _EVALUATIONS_MEMO:
+            self._entries.clear()
+        self._inputs = inputs
+
+    def get(self, key: tuple[object, ...]) -> tuple[Evaluated, Effects] | None:
+        hit = self._entries.get(key)
+        self.hits += hit is not None
+        return hit
+
+    def put(self, key: tuple[object, ...], entry: tuple[Evaluated, Effects]) -> None:
+        self._entries[key] = entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class Evaluator:
@@ -77,6 +137,8 @@ class Evaluator:
         cfg: KoiConfig,
         reference_cost: Mapping[str, float],
         exercised: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] | None = None,
+        shared_corrections: SharedCorrections | None = None,
+        memo: EvaluationMemo | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.state = state
@@ -102,6 +164,26 @@ class Evaluator:
         self._prior: dict[frozenset[tuple[EdgeKey, Stratum]], float] = {}
         self._unit_bands: dict[tuple[Stratum, Outcome, float], RiskBand] = {}
         self._full: dict[str, Callable[[Chain], RankCorrection]] = {}
+        # The planner may lend a memo of the corrections that outlives the tick.
+        self._shared = shared_corrections
+        # ... and one of evaluated candidates, valid while the tick's global inputs are.
+        self._memo = memo
+        if memo is not None:
+            memo.begin(
+                (
+                    snapshot.time_s,
+                    state.evidence,
+                    state.residuals,
+                    state.epsilon.eps,  # ε and λ only: their counters move every tick
+                    state.calibration.lam,
+                    state.mechanisms,
+                    cfg,
+                    dag,
+                    len(dag),
+                    gpus,
+                    models,
+                )
+            )
 
     def corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
         """The residual corrections in force for ``job`` this tick, for scoring candidates.
@@ -112,24 +194,34 @@ class Evaluator:
         """
         fn = self._corrections.get(job.id)
         if fn is None:
-            full = self._full_corrections(job)
-            memo: dict[Chain, RankCorrection] = {}
-
-            def outcome_only(chain: Chain) -> RankCorrection:
-                hit = memo.get(chain)
-                if hit is None:
-                    hit = memo[chain] = attrs.evolve(full(chain), mediators=())
-                return hit
-
-            fn = self._corrections[job.id] = outcome_only
+            shared = self._shared_corrections(job)
+            full = shared[0] if shared is not None else self._full_corrections(job)
+            fn = shared[1] if shared is not None else outcomes_only(full)
+            self._corrections[job.id] = fn
         return fn
 
     def _full_corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
         fn = self._full.get(job.id)
         if fn is None:
-            fn = correction_fn(self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg)
+            shared = self._shared_corrections(job)
+            if shared is not None:
+                fn = shared[0]
+            else:
+                fn = correction_fn(
+                    self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
+                )
             self._full[job.id] = fn
         return fn
+
+    def _shared_corrections(
+        self, job: Job
+    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]] | None:
+        """The corrections every job shares (no confident mechanism), else ``None``."""
+        if self._shared is None:
+            return None
+        return self._shared.functions(
+            self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
+        )
 
     def exercised(self, ladder: Ladder) -> frozenset[tuple[EdgeKey, Stratum]]:
         """The (edge, stratum) pairs ``ladder`` exercises (empty without the causal graph)."""
@@ -188,23 +280,24 @@ class Evaluator:
             omega_m=self.cfg.scoring.omega_m,
         )
 
-    def _covers(self, job: Job, ladder: Ladder) -> frozenset[ExplorationItem]:
-        """(edge, stratum) pairs and mechanisms the ladder exercises, with their U recorded.
+    def _covers(self, job: Job, ladder: Ladder) -> tuple[frozenset[ExplorationItem], Effects]:
+        """(edge, stratum) pairs and mechanisms the ladder exercises, with their U recorded
+        (:meth:`_record`; also returned, in order, for the evaluation memo to replay).
 
         Edge uncertainty is divided by the number of registered edges so that a wholly untested
         stratum is worth β (not β·|E|); mechanisms weigh ω_m times their own U
         (:func:`koi.scoring.exploration_weights`).
         """
         if not self.cfg.planner.causal_graph:
-            return frozenset()
+            return frozenset(), ()
         evidence = self.state.evidence
         per_edge = 1.0 / max(len(self.dag), 1)
         items: set[ExplorationItem] = set()
+        effects: list[tuple[ExplorationItem, float, bool]] = []
         for edge, stratum in self.exercised(ladder):
             item: ExplorationItem = ("edge", edge, stratum.key)
             items.add(item)
-            if item not in self.uncertainty:
-                self.uncertainty[item] = per_edge * evidence.uncertainty(edge, stratum)
+            effects.append((item, per_edge * evidence.uncertainty(edge, stratum), False))
         for rank in ladder.ranks:
             ctx = self._context(job, rank)
             if ctx is None:
@@ -213,9 +306,20 @@ class Evaluator:
                 if m.applies_to(ctx):
                     mech_item: ExplorationItem = ("mechanism", m.id)
                     items.add(mech_item)
-                    self.uncertainty[mech_item] = m.belief.uncertainty
-                    self.mechanism_items.add(mech_item)
-        return frozenset(items)
+                    effects.append((mech_item, m.belief.uncertainty, True))
+        recorded = tuple(effects)
+        self._record(recorded)
+        return frozenset(items), recorded
+
+    def _record(self, effects: Effects) -> None:
+        """Note the U of each exploration item a candidate covers: an edge's the first time
+        this tick (one value per tick), a mechanism's every time."""
+        for item, u, mechanism in effects:
+            if mechanism:
+                self.uncertainty[item] = u
+                self.mechanism_items.add(item)
+            elif item not in self.uncertainty:
+                self.uncertainty[item] = u
 
     def _context(self, job: Job, rank: Rank) -> RankContext | None:
         spec = self.models.get(rank.chain.model)
@@ -320,7 +424,62 @@ class Evaluator:
         ``best_effort`` candidate is not rejected by C3: it is marked for the selector, which
         lets best-effort candidates use only the GPUs nobody holds.  ``breach_floor`` is what
         telemetry already says about the ladder (a batch job late at its current rate: 1).
+
+        With an :class:`EvaluationMemo`, a candidate evaluated before with the same inputs is
+        taken from it, its exploration items recorded as evaluating it would.
         """
+        if self._memo is None:
+            return self._evaluate(job, ladder, key, sources, replay, best_effort, breach_floor)[0]
+        entry = self._entry_key(job, ladder, key, sources, replay, best_effort, breach_floor)
+        hit = self._memo.get(entry)
+        if hit is not None:
+            self._record(hit[1])
+            return hit[0]
+        fresh = self._evaluate(job, ladder, key, sources, replay, best_effort, breach_floor)
+        self._memo.put(entry, fresh)
+        return fresh[0]
+
+    def _entry_key(
+        self,
+        job: Job,
+        ladder: Ladder,
+        key: str,
+        sources: tuple[str, ...],
+        replay: bool,
+        best_effort: bool,
+        breach_floor: float,
+    ) -> tuple[object, ...]:
+        """What one evaluation reads of its job (:class:`EvaluationMemo` has the rest)."""
+        current = self.current.get(job.id)
+        outcome_corr = self.corrections(job)
+        full_corr = self._full_corrections(job)  # the current ladder's in-flight requests
+        z_star = self.state.z_star.get(job.id)
+        return (
+            job,
+            ladder,
+            key,
+            sources,
+            replay,
+            best_effort,
+            breach_floor,
+            current,
+            tuple(outcome_corr(r.chain) for r in ladder.ranks),
+            None if current is None else tuple(full_corr(r.chain) for r in current.ranks),
+            self.reference_cost.get(job.id, 1.0),
+            None if z_star is None else tuple(z_star.items()),
+        )
+
+    def _evaluate(
+        self,
+        job: Job,
+        ladder: Ladder,
+        key: str,
+        sources: tuple[str, ...],
+        replay: bool,
+        best_effort: bool,
+        breach_floor: float,
+    ) -> tuple[Evaluated, Effects]:
+        """:meth:`evaluate` without the memo; with what it recorded of exploration items."""
         current = self.current.get(job.id)
         if current is None:
             kind = ActionKind.PLACE
@@ -331,12 +490,12 @@ class Evaluator:
         base = CandidateReport(job_id=job.id, key=key, kind=kind, ladder=ladder, sources=sources)
         policy = job.precision_problem(ladder)
         if policy is not None:  # the owner's call, whatever the surrogate would say
-            return Evaluated(attrs.evolve(base, rejected=f"C2: {policy}"), None)
+            return Evaluated(attrs.evolve(base, rejected=f"C2: {policy}"), None), ()
         corrections = self.corrections(job)
         predict = self.surrogate.predict if replay else self.surrogate.screen
         pred = predict(job, ladder, now_s=self.snapshot.time_s, corrections=corrections)
         if not pred.feasible:
-            return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred)
+            return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred), ()
         p = max(self.breach(job, ladder, pred), breach_floor)
         scales = self._normalizer(job)
         z_star = {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
@@ -360,7 +519,7 @@ class Evaluator:
             cfg=self.cfg.scoring,
         )
         value = terms.value(self.cfg.scoring, lam=self.state.calibration.lam)
-        covers = self._covers(job, ladder)
+        covers, effects = self._covers(job, ladder)
         report = attrs.evolve(
             base,
             outcomes=pred.outcomes,
@@ -374,7 +533,7 @@ class Evaluator:
         if p > tau and kind is not ActionKind.KEEP and not best_effort:
             # C3.  A running ladder is never rejected for risk: stopping it breaches for sure.
             reason = f"C3: breach {p:.2f} > τ {tau:.2f}"
-            return Evaluated(attrs.evolve(report, rejected=reason), None, pred, terms)
+            return Evaluated(attrs.evolve(report, rejected=reason), None, pred, terms), effects
         candidate = Candidate(
             job_id=job.id,
             key=key,
@@ -392,7 +551,7 @@ class Evaluator:
             ),
             best_effort=best_effort,
         )
-        return Evaluated(report, candidate, pred, terms)
+        return Evaluated(report, candidate, pred, terms), effects
 
 
 def replay_short_lists(

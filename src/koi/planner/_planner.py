@@ -50,8 +50,9 @@ from koi.planner._commit import (
     select_plan,
     selection_problem,
 )
+from koi.planner._corrections import SharedCorrections
 from koi.planner._deadline import TickDeadline
-from koi.planner._evaluate import Evaluator, replay_short_lists
+from koi.planner._evaluate import EvaluationMemo, Evaluator, replay_short_lists
 from koi.planner._learn import learn
 from koi.planner._mining import mine_mechanisms
 from koi.planner._observe import checked_observations, collect_telemetry, take_snapshot
@@ -156,6 +157,8 @@ class Planner:
         self.books = BudgetBooks(self.config.budget)
         self._reference_costs: dict[object, float] = {}
         self._exercised: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] = {}
+        self._corrections = SharedCorrections()  # per chain, for every job, across ticks
+        self._evaluations = EvaluationMemo()  # per job and candidate, while nothing changed
         self._observed_rates: dict[str, float] = {}
         self._progress: dict[str, Progress] = {}  # batch progress at the last tick
         self._struggling: frozenset[str] = frozenset()  # jobs telemetry shows near their bounds
@@ -366,6 +369,8 @@ class Planner:
             cfg=cfg,
             reference_cost=refs,
             exercised=self._exercised_memo(),
+            shared_corrections=self._corrections,
+            memo=self._evaluations,
         )
         books = budget_books(
             self.host,
