@@ -32,6 +32,7 @@ from koi.types import (
     Config,
     Ladder,
     Observation,
+    Outcome,
     Plan,
     Quant,
     Rank,
@@ -130,6 +131,7 @@ def _evaluator(
     *,
     memo: EvaluationMemo | None,
     shared: SharedCorrections | None,
+    cost_scale: float,
 ) -> Evaluator:
     return Evaluator(
         snapshot=snapshot,
@@ -139,7 +141,7 @@ def _evaluator(
         models=CATALOG.models,
         dag=default_dag(),
         cfg=_CFG,
-        reference_cost={_A.id: 0.2, _B.id: 0.2},
+        reference_cost={_A.id: cost_scale, _B.id: 0.2},
         shared_corrections=shared,
         memo=memo,
     )
@@ -155,34 +157,60 @@ def test_an_evaluation_is_reused_only_while_every_input_of_it_is_unchanged() -> 
     b_on = [ActiveDeployment(_B.id, _ladder("H100-SXM", 1))]
     b_moved = [ActiveDeployment(_B.id, _ladder("L40S", 1))]
     a_on = [ActiveDeployment(_A.id, _LADDERS[0])]
-    # (what changed, snapshot, state, whether job a's evaluations must be reused)
+    a_grown = [ActiveDeployment(_A.id, _ladder("L40S", 2))]  # the same chain, one more replica
+    later = attrs.evolve(base, corrections=slower, epsilon=EpsilonCalibrator(eps=1.5))
+    # (what changed, snapshot, state, its cost scale, whether its evaluations must be reused)
     steps = [
-        ("start", ClusterSnapshot(0.0, [_A, _B], _POOLS, b_on), base, False),
-        ("a neighbour moved", ClusterSnapshot(0.0, [_A, _B], _POOLS, b_moved), base, True),
+        ("start", ClusterSnapshot(0.0, [_A, _B], _POOLS, b_on), base, 0.2, False),
+        ("a neighbour moved", ClusterSnapshot(0.0, [_A, _B], _POOLS, b_moved), base, 0.2, True),
         (
             "its chain's correction moved",
             ClusterSnapshot(0.0, [_A, _B], _POOLS, b_moved),
             attrs.evolve(base, corrections=slower),
+            0.2,
             False,
         ),
         (
             "the band's radius moved",
             ClusterSnapshot(0.0, [_A, _B], _POOLS, b_moved),
-            attrs.evolve(base, corrections=slower, epsilon=EpsilonCalibrator(eps=1.5)),
+            later,
+            0.2,
             False,
         ),
         (
             "it now runs",
             ClusterSnapshot(0.0, [_A, _B], _POOLS, [*b_moved, *a_on]),
-            attrs.evolve(base, corrections=slower, epsilon=EpsilonCalibrator(eps=1.5)),
+            later,
+            0.2,
+            False,
+        ),
+        (
+            "it runs one more replica",
+            ClusterSnapshot(0.0, [_A, _B], _POOLS, [*b_moved, *a_grown]),
+            later,
+            0.2,
+            False,
+        ),
+        (
+            "its cost scale moved",
+            ClusterSnapshot(0.0, [_A, _B], _POOLS, [*b_moved, *a_grown]),
+            later,
+            0.4,
+            False,
+        ),
+        (
+            "its ideal point moved",
+            ClusterSnapshot(0.0, [_A, _B], _POOLS, [*b_moved, *a_grown]),
+            attrs.evolve(later, z_star={_A.id: {Outcome.COST: 0.05}}),
+            0.4,
             False,
         ),
     ]
     memo, shared = EvaluationMemo(), SharedCorrections()
     before: list[Evaluated] = []
-    for what, snapshot, state, reused in steps:
-        warm = _evaluator(snapshot, state, memo=memo, shared=shared)
-        cold = _evaluator(snapshot, state, memo=None, shared=None)
+    for what, snapshot, state, cost_scale, reused in steps:
+        warm = _evaluator(snapshot, state, memo=memo, shared=shared, cost_scale=cost_scale)
+        cold = _evaluator(snapshot, state, memo=None, shared=None, cost_scale=cost_scale)
         hits = memo.hits
         got = [warm.evaluate(_A, lad, key=f"c{k}") for k, lad in enumerate(_LADDERS)]
         fresh = [cold.evaluate(_A, lad, key=f"c{k}") for k, lad in enumerate(_LADDERS)]
@@ -190,7 +218,7 @@ def test_an_evaluation_is_reused_only_while_every_input_of_it_is_unchanged() -> 
         # The exploration items each evaluation records, in the same order.
         assert list(warm.uncertainty.items()) == list(cold.uncertainty.items()), what
         assert warm.mechanism_items == cold.mechanism_items, what
-        assert (memo.hits - hits == len(_LADDERS)) is reused, what
+        assert memo.hits - hits == (len(_LADDERS) if reused else 0), what
         if before and not reused:  # the change matters: a reused entry would be stale
             assert got != before, what
         before = got
