@@ -297,7 +297,10 @@ class Evaluator:
         for edge, stratum in self.exercised(ladder):
             item: ExplorationItem = ("edge", edge, stratum.key)
             items.add(item)
-            effects.append((item, per_edge * evidence.uncertainty(edge, stratum), False))
+            u = self.uncertainty.get(item)  # one value per tick: the evidence is the tick's
+            if u is None:
+                u = per_edge * evidence.uncertainty(edge, stratum)
+            effects.append((item, u, False))
         for rank in ladder.ranks:
             ctx = self._context(job, rank)
             if ctx is None:
