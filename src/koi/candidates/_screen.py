@@ -74,6 +74,7 @@ class Screener:
         self._screens: dict[object, list[Option]] = {}
         self._capacities: dict[object, float | None] = {}
         self._sized: dict[object, list[SizedOption]] = {}
+        self._fewest: dict[object, SizedOption | None] = {}
 
     def sized_options(
         self,
@@ -154,15 +155,10 @@ class Screener:
         headroom: float,
         corrections: Corrections | None,
     ) -> list[SizedOption] | None:
-        options = self._screen_shape(job, shape, gpus[shape.gpu], deadline_s)
-        if options is None:
+        prepared = self._prepare(job, shape, gpus, now_s, deadline_s, headroom, corrections)
+        if prepared is None:
             return None
-        chains = [Chain(job.model, opt.shape, opt.config) for opt in options]
-        # The corrections are part of the key: the sizing is stale once one of them moves.
-        corr = tuple(corrections(c) for c in chains) if corrections is not None else None
-        if corr is not None and all(c.is_identity for c in corr):
-            corr = None  # no evidence yet: the prior's sizing, shared with uncorrected callers
-        key = sized_key(job, shape, now_s, headroom, corr)
+        options, chains, corr, key = prepared
         hit = self._sized.get(key)
         if hit is not None:
             return hit
@@ -171,11 +167,10 @@ class Screener:
         for k, (opt, chain) in enumerate(zip(options, chains, strict=True)):
             if time.monotonic() > deadline_s:
                 return None  # incomplete: not cached
-            if fn is not None and corr is not None and not corr[k].is_identity:
-                capacity = self._corrected_capacity(job, chain, corr[k], fn)
-                if capacity is None:
-                    continue
-                opt = attrs.evolve(opt, capacity_tok_s=capacity)
+            resized = self._resized(job, opt, chain, None if corr is None else corr[k], fn)
+            if resized is None:
+                continue
+            opt = resized
             replicas = replicas_for(
                 job, opt.capacity_tok_s, now_s=now_s, headroom=headroom, cfg=self.cfg
             )
@@ -187,6 +182,111 @@ class Screener:
             self._sized.pop(next(iter(self._sized)))
         self._sized[key] = out
         return out
+
+    def _prepare(
+        self,
+        job: Job,
+        shape: Environment,
+        gpus: Mapping[str, GpuSpec],
+        now_s: float,
+        deadline_s: float,
+        headroom: float,
+        corrections: Corrections | None,
+    ) -> tuple[list[Option], list[Chain], tuple[RankCorrection, ...] | None, object] | None:
+        """The shape's screened options, their chains, the corrections in force on them
+        (``None``: none has any) and the sizing memo's key; ``None`` when the deadline cut
+        the screen short."""
+        options = self._screen_shape(job, shape, gpus[shape.gpu], deadline_s)
+        if options is None:
+            return None
+        chains = [Chain(job.model, opt.shape, opt.config) for opt in options]
+        # The corrections are part of the key: the sizing is stale once one of them moves.
+        corr = tuple(corrections(c) for c in chains) if corrections is not None else None
+        if corr is not None and all(c.is_identity for c in corr):
+            corr = None  # no evidence yet: the prior's sizing, shared with uncorrected callers
+        return options, chains, corr, sized_key(job, shape, now_s, headroom, corr)
+
+    def _resized(
+        self,
+        job: Job,
+        opt: Option,
+        chain: Chain,
+        correction: RankCorrection | None,
+        fn: Corrections | None,
+    ) -> Option | None:
+        """``opt`` at the capacity its chain's correction credits (as is without one);
+        ``None`` where the corrected replica serves nothing."""
+        if fn is None or correction is None or correction.is_identity:
+            return opt
+        capacity = self._corrected_capacity(job, chain, correction, fn)
+        if capacity is None:
+            return None
+        return attrs.evolve(opt, capacity_tok_s=capacity)
+
+    def fewest_gpus(
+        self,
+        job: Job,
+        envs: Sequence[Environment],
+        gpus: Mapping[str, GpuSpec],
+        *,
+        now_s: float,
+        corrections: Corrections | None = None,
+    ) -> list[SizedOption]:
+        """Per GPU type of ``envs`` (its largest instance shape, as :meth:`sized_options`),
+        the option of :meth:`sized_options` a budget book takes: the fewest GPUs among those
+        meeting ``job``'s target, the first in :meth:`sized_options`' order on a tie — the
+        same option, replicas and screen, found without screening the options that need
+        more GPUs than it.
+
+        Every option's replicas (and so its GPUs) are known before its screen: options are
+        screened in order of (GPUs, position) and the first that meets the target is the
+        one.  A sizing :meth:`sized_options` already memoized is read instead.  Memoized
+        under the same key.
+        """
+        out: list[SizedOption] = []
+        for _, shape in sorted(largest_shapes(envs).items()):
+            prepared = self._prepare(job, shape, gpus, now_s, math.inf, 1.0, corrections)
+            assert prepared is not None  # no deadline
+            options, chains, corr, key = prepared
+            full = self._sized.get(key)
+            if full is not None:
+                pick = _fewest(full)
+            elif key in self._fewest:
+                pick = self._fewest[key]
+            else:
+                pick = self._fewest_on(job, options, chains, corr, now_s, corrections)
+                if len(self._fewest) >= self.cfg.memo_size:
+                    self._fewest.pop(next(iter(self._fewest)))
+                self._fewest[key] = pick
+            if pick is not None:
+                out.append(pick)
+        return out
+
+    def _fewest_on(
+        self,
+        job: Job,
+        options: Sequence[Option],
+        chains: Sequence[Chain],
+        corr: tuple[RankCorrection, ...] | None,
+        now_s: float,
+        corrections: Corrections | None,
+    ) -> SizedOption | None:
+        fn = corrections if corr is not None else None
+        sized: list[tuple[int, int, Option, Chain, int]] = []
+        for k, (opt, chain) in enumerate(zip(options, chains, strict=True)):
+            resized = self._resized(job, opt, chain, None if corr is None else corr[k], fn)
+            if resized is None:
+                continue
+            replicas = replicas_for(
+                job, resized.capacity_tok_s, now_s=now_s, headroom=1.0, cfg=self.cfg
+            )
+            sized.append((replicas * resized.config.gpus, k, resized, chain, replicas))
+        for _, _, opt, chain, replicas in sorted(sized, key=lambda s: (s[0], s[1])):
+            ladder = Ladder((Rank(chain, replicas),))
+            pred = self.surrogate.screen(job, ladder, now_s=now_s, corrections=fn)
+            if pred.feasible and meets_target(job, pred.outcomes):
+                return SizedOption(opt, replicas, pred, meets_target=True)
+        return None
 
     def _corrected_capacity(
         self, job: Job, chain: Chain, correction: RankCorrection, corrections: Corrections
@@ -265,6 +365,18 @@ class Screener:
             options.append(opt)
         self._screens[key] = options
         return options
+
+
+def _fewest(sized: Sequence[SizedOption]) -> SizedOption | None:
+    """The first of ``sized`` with the fewest GPUs among those meeting their target."""
+    best: SizedOption | None = None
+    for s in sized:
+        if s.meets_target and (
+            best is None
+            or s.replicas * s.option.config.gpus < best.replicas * best.option.config.gpus
+        ):
+            best = s
+    return best
 
 
 def sized_key(

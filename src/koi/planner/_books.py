@@ -32,17 +32,17 @@ def job_demand(
     residual ``corrections`` in force (the proposals are)."""
     envs = [p.environment for p in snapshot.pools if p.environment.gpu in gpus]
     best: dict[str, tuple[int, Outcomes, float]] = {}
-    sized_options = screener.sized_options(
+    # Per GPU type, the sized option with the fewest GPUs that meets the target (the first
+    # such): only the options that can be it are screened.
+    for sized in screener.fewest_gpus(
         job, envs, gpus, now_s=snapshot.time_s, corrections=corrections
-    )
-    for sized in sized_options:
-        if not sized.meets_target:
-            continue
-        gpu = sized.option.gpu
+    ):
         need = sized.replicas * sized.option.config.gpus
-        shape_price = sized.option.shape.price_usd_per_gpu_h
-        if gpu not in best or need < best[gpu][0]:
-            best[gpu] = (need, sized.prediction.outcomes, shape_price)
+        best[sized.option.gpu] = (
+            need,
+            sized.prediction.outcomes,
+            sized.option.shape.price_usd_per_gpu_h,
+        )
     if not best:
         return None
     scales = Normalizer.for_job(

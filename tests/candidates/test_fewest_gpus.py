@@ -1,0 +1,109 @@
+"""The budget books' shortcut: ``Screener.fewest_gpus`` picks, per GPU type, exactly the option
+the full sizing's loop picks (the fewest GPUs meeting the target, the first on a tie), with
+the same replicas and screen, while screening fewer options."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tests._support.specs import H100_NODE
+
+from koi.candidates import ProposerConfig, Screener, SizedOption
+from koi.catalog import load_catalog
+from koi.surrogate import RankCorrection, Surrogate
+from koi.types import (
+    Chain,
+    Environment,
+    Job,
+    LengthDist,
+    Outcome,
+    ServingTarget,
+    WorkloadProfile,
+)
+
+_CATALOG = load_catalog()
+_L40S = Environment(
+    cloud="aws",
+    region="us-east-1",
+    market="on_demand",
+    instance_type="g6e.12xlarge",
+    gpu="L40S",
+    gpus_per_instance=4,
+    price_usd_per_h=10.0,
+)
+_ENVS = [H100_NODE, _L40S]
+
+
+def _online(rate: float, *, ttft_ms: float = 1500, prefix: float = 0.0) -> Job:
+    w = WorkloadProfile(
+        LengthDist(1200, 0.5, 8000),
+        LengthDist(250, 0.5, 2000),
+        rate_rps=rate,
+        prefix_share=prefix,
+        prefix_count=4,
+    )
+    target = ServingTarget.online(p99_ttft_ms=ttft_ms, p99_tpot_ms=60)
+    return Job(id="chat", model="Llama-3.1-8B", job_class="online", workload=w, target=target)
+
+
+def _batch() -> Job:
+    w = WorkloadProfile(
+        LengthDist(2000, 0.3, 8000), LengthDist(300, 0.3, 2000), total_requests=5000
+    )
+    return Job("summ", "Llama-3.1-8B", "batch", w, ServingTarget.batch(deadline_s=3600))
+
+
+def _slower_on_l40s(chain: Chain) -> RankCorrection:
+    if chain.environment.gpu != "L40S":
+        return RankCorrection()
+    return RankCorrection(decode_time=1.3, outcomes={Outcome.TTFT: 1.2})
+
+
+def _picked_by_the_loop(sized: Sequence[SizedOption]) -> dict[str, SizedOption]:
+    """What the budget books read before the shortcut: per GPU type, the first option with
+    the fewest GPUs among those meeting the target."""
+    best: dict[str, SizedOption] = {}
+    for s in sized:
+        need = s.replicas * s.option.config.gpus
+        have = best.get(s.option.gpu)
+        if s.meets_target and (have is None or need < have.replicas * have.option.config.gpus):
+            best[s.option.gpu] = s
+    return best
+
+
+def _screener() -> Screener:
+    return Screener(Surrogate(_CATALOG.gpus, _CATALOG.models), ProposerConfig())
+
+
+def test_the_fewest_gpus_are_the_full_sizings_pick_with_fewer_screens() -> None:
+    jobs = [_online(r) for r in (0.5, 6.0, 40.0, 300.0)]
+    jobs += [_online(12.0, ttft_ms=250), _online(20.0, prefix=0.6), _batch()]
+    ties = fewer = 0
+    for job in jobs:
+        for corrections in (None, _slower_on_l40s):
+            full, lazy = _screener(), _screener()
+            sized = full.sized_options(
+                job, _ENVS, _CATALOG.gpus, now_s=60.0, corrections=corrections
+            )
+            want = _picked_by_the_loop(sized)
+            got = lazy.fewest_gpus(job, _ENVS, _CATALOG.gpus, now_s=60.0, corrections=corrections)
+            assert {s.option.gpu: s for s in got} == want, (job.workload.rate_rps, corrections)
+            assert [s.option.gpu for s in got] == sorted(want)
+            # Read from the full sizing once it is memoized: the same picks.
+            again = full.fewest_gpus(job, _ENVS, _CATALOG.gpus, now_s=60.0, corrections=corrections)
+            assert again == got
+            fewer += lazy.surrogate.misses < full.surrogate.misses
+            for gpu, pick in want.items():
+                need = pick.replicas * pick.option.config.gpus
+                ties += (
+                    sum(
+                        1
+                        for s in sized
+                        if s.option.gpu == gpu
+                        and s.meets_target
+                        and s.replicas * s.option.config.gpus == need
+                    )
+                    > 1
+                )
+    assert ties > 0  # the first-on-a-tie rule was exercised
+    assert fewer >= len(jobs)  # and the shortcut screened less than the full sizing
