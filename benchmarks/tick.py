@@ -16,8 +16,9 @@ Targets: hetero-3h median ≤ 0.5 s (DESIGN §12); fleet-xl median ≤ 3 s, p95 
 ``--ticks N`` plans only the first N ticks (a shorter run: jobs arriving later are absent).
 ``median_tick_cpu_s`` is the same median in CPU seconds of this process, steadier than wall
 time on a shared machine.  ``unchanged_retick_s`` times one more tick on the last snapshot with
-no new telemetry: what a tick costs when nothing changed (today the planner still re-proposes
-and re-scores every job).
+no new telemetry: what a tick costs when nothing changed (the planner takes every candidate's
+evaluation and the corrections in force from its memos then, but still re-proposes every job
+and solves the selection again).
 """
 
 from __future__ import annotations
