@@ -52,7 +52,8 @@ from koi.planner._commit import (
 )
 from koi.planner._corrections import SharedCorrections
 from koi.planner._deadline import TickDeadline
-from koi.planner._evaluate import EvaluationMemo, Evaluator, replay_short_lists
+from koi.planner._evaluate import Evaluator, replay_short_lists
+from koi.planner._evaluation_memo import EvaluationMemo
 from koi.planner._learn import learn
 from koi.planner._mining import mine_mechanisms
 from koi.planner._observe import checked_observations, collect_telemetry, take_snapshot
