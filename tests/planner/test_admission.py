@@ -364,6 +364,10 @@ def test_telemetry_near_the_bound_keeps_a_donor_from_shrinking() -> None:
     assert short.plan.action("new").kind is ActionKind.DEFER
     assert _risk(short, "new") is Verdict.CAPACITY
     assert "made room" not in short.plan.action("old").reason
+    # Nor does it shrink itself for cost: its smaller ladders are predictions its own
+    # measurements contradict (it was failing on eight replicas).
+    assert short.plan.action("old").kind is ActionKind.KEEP
+    assert short.plan.action("old").ladder == snapshot.current_ladders["old"]
     # A measured TTFT at the bound: the learned correction carries it to every ladder of the
     # stratum, so the donor keeps all it holds and the newcomer is not placed either.
     tight = _planner().tick(snapshot, [_window("old", 1900.0)], launch=False)

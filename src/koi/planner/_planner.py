@@ -73,7 +73,7 @@ from koi.planner._propose import (
     propose_and_evaluate,
 )
 from koi.planner._report import LearnReport, TickResult
-from koi.planner._safety import finished_jobs, over_capacity, shrunk_ladder
+from koi.planner._safety import finished_jobs, over_capacity, repairs_only, shrunk_ladder
 from koi.planner._state import PlannerState
 from koi.plugins import (
     DEFAULT_PROPOSER,
@@ -420,6 +420,13 @@ class Planner:
             if job.id in late:  # its ladder misses the deadline, whatever the prediction says
                 keep = snapshot.current_ladders[job.id]
                 mine[keep] = evaluator.evaluate(job, keep, key="keep", breach_floor=1.0)
+        failing = self._struggling | late.keys()
+        for job_id in failing & snapshot.current_ladders.keys():
+            current, mine = snapshot.current_ladders[job_id], candidates[job_id]
+            on_over = any(p in over for p in current.gpus_by_pool())
+            candidates[job_id] = {
+                lad: mine[lad] for lad in repairs_only(mine, current, on_over_pool=on_over)
+            }
         admission = admit(
             running,
             candidates,
@@ -427,11 +434,10 @@ class Planner:
             generator=self.generator,
             cfg=cfg,
             deadline_passed=deadline.passed,
-            unsafe_donors=self._struggling | late.keys(),
+            unsafe_donors=failing,
         )
         watch.lap("S5_admission")
         deadline.check("evaluation")
-        failing = self._struggling | late.keys()
         problem = selection_problem(
             snapshot, state, running, candidates, evaluator, cfg, over, failing=failing
         )

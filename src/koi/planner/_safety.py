@@ -10,7 +10,7 @@ adjustments) and by the safe plan a failed stage falls back to.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import attrs
 
@@ -21,6 +21,7 @@ __all__ = [
     "finished_jobs",
     "guarded_stop",
     "over_capacity",
+    "repairs_only",
     "safe_actions",
     "shed_transient",
     "shrunk_ladder",
@@ -63,6 +64,18 @@ def shrunk_ladder(ladder: Ladder, snapshot: ClusterSnapshot, over: Mapping[str, 
         else:
             ranks.append(r)
     return Ladder(tuple(ranks))
+
+
+def repairs_only(
+    ladders: Iterable[Ladder], current: Ladder, *, on_over_pool: bool
+) -> list[Ladder]:
+    """The ``ladders`` a job that telemetry shows failing may take: none that only removes
+    replicas from what it runs.  Its measurements already say its current ladder is not
+    enough, so a smaller one is a prediction contradicted by what was seen; it may still be
+    stopped (guarded like any stop), moved or grown, and a pool shrunk under it still sheds."""
+    if on_over_pool:
+        return list(ladders)
+    return [lad for lad in ladders if lad.is_empty or not lad.scales_in(current)]
 
 
 def shed_transient(
