@@ -13,6 +13,7 @@ from koi.planner._admission import admit, served_fraction, struggling
 from koi.planner._evaluate import Evaluator
 from koi.planner._progress import Progress, late_batch_jobs, work_time_s
 from koi.planner._report import Verdict
+from koi.planner._safety import repairs_only
 from koi.surrogate import Surrogate
 from koi.types import (
     ActionKind,
@@ -373,3 +374,17 @@ def test_telemetry_near_the_bound_keeps_a_donor_from_shrinking() -> None:
     tight = _planner().tick(snapshot, [_window("old", 1900.0)], launch=False)
     assert tight.plan.action("old").kind is ActionKind.KEEP
     assert tight.plan.action("new").kind is ActionKind.DEFER
+
+
+def test_a_failing_job_may_stop_move_or_grow_but_not_only_shrink() -> None:
+    other = Chain(MODEL, ENV, Config(tp=2, quant=Quant.BF16))
+    current = Ladder((Rank(CHAIN, 4),))
+    shrink = Ladder((Rank(CHAIN, 2),))
+    grow = Ladder((Rank(CHAIN, 6),))
+    move = Ladder((Rank(other, 1),))
+    mixed = Ladder((Rank(CHAIN, 2), Rank(other, 1)))
+    offered = [current, shrink, grow, move, mixed, Ladder()]
+    kept = repairs_only(offered, current, on_over_pool=False)
+    assert kept == [current, grow, move, mixed, Ladder()]
+    # A pool shrunk under the job: shedding replicas is not a choice.
+    assert repairs_only(offered, current, on_over_pool=True) == offered

@@ -66,9 +66,7 @@ def shrunk_ladder(ladder: Ladder, snapshot: ClusterSnapshot, over: Mapping[str, 
     return Ladder(tuple(ranks))
 
 
-def repairs_only(
-    ladders: Iterable[Ladder], current: Ladder, *, on_over_pool: bool
-) -> list[Ladder]:
+def repairs_only(ladders: Iterable[Ladder], current: Ladder, *, on_over_pool: bool) -> list[Ladder]:
     """The ``ladders`` a job that telemetry shows failing may take: none that only removes
     replicas from what it runs.  Its measurements already say its current ladder is not
     enough, so a smaller one is a prediction contradicted by what was seen; it may still be
