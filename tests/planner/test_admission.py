@@ -388,3 +388,20 @@ def test_a_failing_job_may_stop_move_or_grow_but_not_only_shrink() -> None:
     assert kept == [current, grow, move, mixed, Ladder()]
     # A pool shrunk under the job: shedding replicas is not a choice.
     assert repairs_only(offered, current, on_over_pool=True) == offered
+
+
+@pytest.mark.parametrize("policy", list(AdmissionPolicy))
+def test_a_running_hopeless_job_grows_into_free_gpus_best_effort(policy: AdmissionPolicy) -> None:
+    # One replica serving far below its traffic, a target nothing meets, seven GPUs free.
+    hot = _online("hot", ttft_ms=1.0, rate_rps=40.0, admission=policy)
+    held = ActiveDeployment("hot", Ladder((Rank(CHAIN, 1),)))
+    snapshot = ClusterSnapshot(600.0, [hot], [Pool(ENV, 8)], [held])
+    result = _planner().tick(snapshot, launch=False)
+    action = result.plan.action("hot")
+    assert _risk(result, "hot") is Verdict.HOPELESS
+    if policy is AdmissionPolicy.SERVE_BEST_EFFORT:  # the ladder that carries more traffic
+        assert action.kind is ActionKind.RECONFIGURE
+        assert action.ladder.gpus > 1
+    else:
+        assert action.kind is ActionKind.KEEP
+

@@ -69,10 +69,12 @@ def test_a_running_job_is_kept_when_no_proposer_answers() -> None:
 
 
 def test_a_serving_job_predicted_to_breach_is_not_stopped_for_its_score() -> None:
-    from koi.types import ActiveDeployment, Chain, Config, Pool, Rank
+    from koi.types import ActiveDeployment, AdmissionPolicy, Chain, Config, Pool, Rank
     from tests.reliability.test_tick_faults import L4
 
-    job = chat_job("chat", rate=20.0)  # far more than one L4 serves within its SLO
+    # Far more than one L4 serves within its SLO.  Policy `refuse`: a best-effort job's stop
+    # is priced below its best-effort options anyway; this is about the guard alone.
+    job = attrs.evolve(chat_job("chat", rate=20.0), admission=AdmissionPolicy.REFUSE)
     pool = Pool(L4, 1)  # and no room to grow
     ladder = Ladder((Rank(Chain(job.model, L4, Config()), 1),))
     snap = ClusterSnapshot(600.0, [job], [pool], [ActiveDeployment("chat", ladder)])

@@ -566,6 +566,44 @@ def test_best_effort_takes_only_what_nobody_holds() -> None:
     assert greedy(problem(best_effort=True)).chosen == guarded.chosen
 
 
+def test_a_running_job_counts_only_its_growth_against_the_free_gpus() -> None:
+    # "hot" runs on 2 of pool a's 10 GPUs, "keeper" holds 6: 2 are free.  Growing "hot" to 4
+    # takes 2 free GPUs (allowed); to 5 it would take 3 (not), though 5 fits the pool.
+    pools = [PoolCapacity("a", 10, 1)]
+    held = {"keeper": {"a": 6}, "hot": {"a": 2}}
+    problem = SelectionProblem(
+        candidates=[
+            Candidate("keeper", "keep", "keep", -1.0, {"a": 6}),
+            Candidate("hot", "keep", "keep", -20.0, {"a": 2}),
+            Candidate(
+                "hot",
+                "four",
+                "reconfigure",
+                -8.0,
+                {"a": 4},
+                changes=True,
+                transient_gpus_by_pool={"a": 4},
+                best_effort=True,
+            ),
+            Candidate(
+                "hot",
+                "five",
+                "reconfigure",
+                -5.0,
+                {"a": 5},
+                changes=True,
+                transient_gpus_by_pool={"a": 5},
+                best_effort=True,
+            ),
+        ],
+        pools=pools,
+        held_gpus=held,
+    )
+    chosen = select(problem, **EXACT)
+    assert chosen.chosen == {"keeper": "keep", "hot": "four"}
+    assert greedy(problem).chosen == chosen.chosen
+
+
 # --- results, errors and fallback -------------------------------------------------------------
 
 

@@ -18,15 +18,17 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    donors get their scale-in ladders as candidates.  Nothing is decided here:
    the joint selection takes the newcomer's ladder only with enough donors' smaller ladders,
    which C1 already expresses (a scale-in frees its GPUs at once).
-3. **Best effort** (policy ``serve_best_effort``, pending jobs): serve as much of the offered
-   traffic as possible.  The generator also proposes for the job on what is free, on any GPU
-   type, sized for its rate with the most headroom; its ladders that C3 rejected and that fit
-   what is free now enter as best-effort candidates, those predicted to carry the largest
-   share of the demand first (:func:`served_fraction`), then the least likely to breach.
-   Each loses ``refusal_margin`` times the share it cannot carry from its value.  Together
-   they may use only GPUs nobody holds now (the selector's ``free`` rows), so C3 never takes
-   capacity from a job within its target to give a stuck one a smaller breach.  Refusing the
-   job is then worth ``refusal_margin`` less than the worst of them.
+3. **Best effort** (policy ``serve_best_effort``; pending jobs and running online ones):
+   serve as much of the offered traffic as possible.  The generator also proposes for the
+   job on what is free, on any GPU type, sized for its rate with the most headroom; its
+   ladders that C3 rejected and that fit what is free now (with what the job holds) enter as
+   best-effort candidates, those predicted to carry the largest share of the demand first
+   (:func:`served_fraction`), then the least likely to breach.  Each loses
+   ``refusal_margin`` times the share it cannot carry from its value, and so does a running
+   job's keep.  Together they may use, beyond what their own jobs hold, only GPUs nobody
+   holds now (the selector's ``free`` rows), so C3 never takes capacity from a job within its
+   target to give a stuck one a smaller breach.  Refusing the job is then worth
+   ``refusal_margin`` less than the worst of them.
 
 Longer than most modules: the three steps are one decision about the same stuck jobs, on the
 same evaluations and proposal context, and splitting them would pass that state around.
@@ -261,7 +263,9 @@ def admit(
                 donors_of[job.id] = _make_room(
                     job, mine, by_id, current, snapshot, evaluator, generator, spare, cfg
                 )
-        if job.admission is AdmissionPolicy.SERVE_BEST_EFFORT and job.id not in current:
+        if job.admission is AdmissionPolicy.SERVE_BEST_EFFORT and (
+            job.id not in current or job.is_online
+        ):
             _best_effort(job, mine, snapshot, evaluator, generator, cfg)
     return Admission(verdicts=verdicts, donors=donors_of)
 
@@ -468,7 +472,18 @@ def _best_effort(
             picked.append(best)
     if not picked:
         return
-    defer = mine[Ladder()]
+    keep = mine.get(snapshot.current_ladders.get(job.id, Ladder()))
+    if keep is not None and keep.candidate is not None and keep.report.kind is ActionKind.KEEP:
+        # A running job's keep is judged like its best-effort options: by the share it carries.
+        value = keep.report.value - margin * (1.0 - served_fraction(job, keep, evaluator))
+        mine[keep.report.ladder] = attrs.evolve(
+            keep,
+            report=attrs.evolve(keep.report, value=value),
+            candidate=attrs.evolve(keep.candidate, value=value),
+        )
+    defer = mine.get(Ladder())
+    if defer is None:
+        return
     worst = min(e.report.value for e in picked)
     value = min(defer.report.value, worst - margin)
     if defer.candidate is not None and value < defer.report.value:

@@ -134,8 +134,8 @@ def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> S
 
     Stage one solves without the best-effort candidates, so every job that can be served
     within its target — pending batch jobs included — is planned as if the stuck jobs did not
-    exist.  Stage two fixes that choice and lets the stuck jobs that stayed deferred take their
-    best-effort ladders on the capacity left (priorities were honoured in stage one; among
+    exist.  Stage two fixes that choice and lets the stuck jobs that stayed deferred (or kept a
+    running ladder) take their best-effort ladders on the capacity left (priorities were honoured in stage one; among
     stuck jobs the values decide).  Without best-effort candidates it is one plain solve.
     """
     stuck = {c.job_id for c in problem.candidates if c.best_effort}
@@ -151,14 +151,20 @@ def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> S
         for c in problem.candidates
         if c.kind is ActionKind.DEFER and c.key == chosen[c.job_id]
     }
+    kept_running = {
+        c.job_id
+        for c in problem.candidates
+        if c.kind is ActionKind.KEEP and c.key == chosen[c.job_id]
+    }
     reserved = _reserved(problem, deferred)
+    open_to_effort = deferred | (stuck & kept_running)
     kept = [
         c
         for c in problem.candidates
         if c.key == chosen[c.job_id]
         or (
             c.best_effort
-            and c.job_id in deferred
+            and c.job_id in open_to_effort
             and not any(
                 pool in reserved and problem.priority.get(c.job_id, 0) < reserved[pool]
                 for pool in c.gpus_by_pool
@@ -168,7 +174,7 @@ def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> S
     # The fixed jobs rank above every stuck one: a stuck job's deferral reserves nothing
     # against them (the stuck jobs keep their order among themselves).
     top = max(problem.priority.values(), default=0) + 1
-    waiting = stuck & deferred
+    waiting = stuck & open_to_effort
     priority = {c.job_id: top for c in kept if c.job_id not in waiting}
     priority.update({j: problem.priority.get(j, 0) for j in waiting})
     return select(attrs.evolve(problem, candidates=kept, priority=priority), cfg=cfg)

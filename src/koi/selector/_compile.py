@@ -34,7 +34,9 @@ class Compiled:
     ``blocked_pools[k]`` the pools where candidate ``k`` takes new capacity (priority rule).
     ``protected`` lists, per (pool, priority level), the jobs whose deferral reserves that pool
     against lower priorities.  ``best_effort[k]`` marks a best-effort candidate; together they
-    use at most ``free`` per pool (the GPUs no job holds now).
+    use at most ``free`` per pool (the GPUs no job holds now), each counting what it uses beyond
+    what its own job holds (``free_pools[k]`` / ``free_amount[k]``: a running job served best
+    effort grows into free GPUs, and its own are not free to anyone else).
     """
 
     job_ids: tuple[str, ...]
@@ -63,6 +65,8 @@ class Compiled:
     pruned: int
     best_effort: BoolArray
     free: FloatArray
+    free_pools: tuple[IntArray, ...]
+    free_amount: tuple[FloatArray, ...]
 
     @property
     def n_jobs(self) -> int:
@@ -307,6 +311,7 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
     item_index = {e: i for i, e in enumerate(items)}
     cover_items = tuple(tuple(item_index[e] for e in c.covers if e in item_index) for c in kept)
     job_pos = {j: i for i, j in enumerate(job_ids)}
+    beyond = [_beyond_held(c, r, problem, pool_index) for c, r in zip(kept, kept_rows, strict=True)]
     return Compiled(
         job_ids=job_ids,
         job_start=np.array(job_start, dtype=np.int64),
@@ -337,7 +342,23 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
         pruned=pruned,
         best_effort=np.array([c.best_effort for c in kept], dtype=bool),
         free=_free(problem, capacity, pool_index),
+        free_pools=tuple(np.flatnonzero(r) for r in beyond),
+        free_amount=tuple(r[r > 0] for r in beyond),
     )
+
+
+def _beyond_held(
+    c: Candidate, row: FloatArray, problem: SelectionProblem, pool_index: dict[str, int]
+) -> FloatArray:
+    """What best-effort candidate ``c`` takes from the free GPUs: its use beyond what its job
+    holds, per pool (nothing for a candidate that is not best effort)."""
+    out = np.zeros_like(row)
+    if c.best_effort:
+        out += row
+        for pool, n in problem.held_gpus.get(c.job_id, {}).items():
+            out[pool_index[pool]] -= n
+    beyond: FloatArray = np.maximum(out, 0.0)
+    return beyond
 
 
 def _free(

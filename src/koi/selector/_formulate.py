@@ -125,7 +125,7 @@ def formulate(comp: Compiled, classes: tuple[tuple[int, ...], ...] | None = None
             if not comp.best_effort[kb]:
                 continue
             for pb, nb in zip(
-                comp.use_pools[kb].tolist(), comp.use_amount[kb].tolist(), strict=True
+                comp.free_pools[kb].tolist(), comp.free_amount[kb].tolist(), strict=True
             ):
                 if pb not in be_pools:
                     be_pools[pb] = new_row(

@@ -90,9 +90,9 @@ def greedy_choice(comp: Compiled) -> IntArray | None:
             trial[comp.use_pools[k]] += comp.use_amount[k]
             if np.any(trial[comp.use_pools[k]] > comp.capacity[comp.use_pools[k]] + _EPS):
                 continue
-            pools_k = comp.use_pools[k]
+            free_k = comp.free_pools[k]
             if comp.best_effort[k] and np.any(
-                be_used[pools_k] + comp.use_amount[k] > comp.free[pools_k] + _EPS
+                be_used[free_k] + comp.free_amount[k] > comp.free[free_k] + _EPS
             ):
                 continue
             d_swap = int(comp.changes[k]) - (int(comp.changes[b]) if b is not None else 0)
@@ -105,7 +105,7 @@ def greedy_choice(comp: Compiled) -> IntArray | None:
                 group_used[g] += d_g
             used = trial
             if comp.best_effort[k]:
-                be_used[pools_k] += comp.use_amount[k]
+                be_used[free_k] += comp.free_amount[k]
             swaps += d_swap
             pick = k
             break
@@ -144,7 +144,7 @@ def _best_effort_usage(comp: Compiled, choice: IntArray) -> np.ndarray:
     used = np.zeros(len(comp.pool_ids))
     for k in choice:
         if comp.best_effort[k]:
-            used[comp.use_pools[k]] += comp.use_amount[k]
+            used[comp.free_pools[k]] += comp.free_amount[k]
     return used
 
 

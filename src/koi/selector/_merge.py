@@ -32,6 +32,8 @@ def _signature(comp: Compiled, i: int) -> Hashable:
                 comp.cover_items[k],
                 comp.blocked_pools[k],
                 bool(comp.best_effort[k]),
+                comp.free_pools[k].tobytes(),
+                comp.free_amount[k].tobytes(),
             )
             for k in comp.job_slice(i)
         ),
