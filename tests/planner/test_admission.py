@@ -404,4 +404,3 @@ def test_a_running_hopeless_job_grows_into_free_gpus_best_effort(policy: Admissi
         assert action.ladder.gpus > 1
     else:
         assert action.kind is ActionKind.KEEP
-

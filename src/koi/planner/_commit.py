@@ -135,8 +135,9 @@ def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> S
     Stage one solves without the best-effort candidates, so every job that can be served
     within its target — pending batch jobs included — is planned as if the stuck jobs did not
     exist.  Stage two fixes that choice and lets the stuck jobs that stayed deferred (or kept a
-    running ladder) take their best-effort ladders on the capacity left (priorities were honoured in stage one; among
-    stuck jobs the values decide).  Without best-effort candidates it is one plain solve.
+    running ladder) take their best-effort ladders on the capacity left (priorities were
+    honoured in stage one; among stuck jobs the values decide).  Without best-effort candidates
+    it is one plain solve.
     """
     stuck = {c.job_id for c in problem.candidates if c.best_effort}
     if not stuck:
