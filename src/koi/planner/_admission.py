@@ -463,11 +463,7 @@ def _best_effort(
         best = evaluator.evaluate(job, r.ladder, key=r.key, sources=sources, best_effort=True)
         if best.candidate is not None:
             value = best.report.value - margin * (1.0 - served)
-            best = attrs.evolve(
-                best,
-                report=attrs.evolve(best.report, value=value),
-                candidate=attrs.evolve(best.candidate, value=value),
-            )
+            best = _revalued(best, value)
             mine[r.ladder] = best
             picked.append(best)
     if not picked:
@@ -476,19 +472,17 @@ def _best_effort(
     if keep is not None and keep.candidate is not None and keep.report.kind is ActionKind.KEEP:
         # A running job's keep is judged like its best-effort options: by the share it carries.
         value = keep.report.value - margin * (1.0 - served_fraction(job, keep, evaluator))
-        mine[keep.report.ladder] = attrs.evolve(
-            keep,
-            report=attrs.evolve(keep.report, value=value),
-            candidate=attrs.evolve(keep.candidate, value=value),
-        )
+        mine[keep.report.ladder] = _revalued(keep, value)
     defer = mine.get(Ladder())
     if defer is None:
         return
     worst = min(e.report.value for e in picked)
     value = min(defer.report.value, worst - margin)
     if defer.candidate is not None and value < defer.report.value:
-        mine[Ladder()] = attrs.evolve(
-            defer,
-            report=attrs.evolve(defer.report, value=value),
-            candidate=attrs.evolve(defer.candidate, value=value),
-        )
+        mine[Ladder()] = _revalued(defer, value)
+
+
+def _revalued(ev: Evaluated, value: float) -> Evaluated:
+    """``ev`` worth ``value`` in its report and in the selector."""
+    candidate = None if ev.candidate is None else attrs.evolve(ev.candidate, value=value)
+    return attrs.evolve(ev, report=attrs.evolve(ev.report, value=value), candidate=candidate)

@@ -147,16 +147,9 @@ def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> S
         cfg=cfg,
     )
     chosen = first.chosen
-    deferred = {
-        c.job_id
-        for c in problem.candidates
-        if c.kind is ActionKind.DEFER and c.key == chosen[c.job_id]
-    }
-    kept_running = {
-        c.job_id
-        for c in problem.candidates
-        if c.kind is ActionKind.KEEP and c.key == chosen[c.job_id]
-    }
+    picked = [c for c in problem.candidates if c.key == chosen[c.job_id]]
+    deferred = {c.job_id for c in picked if c.kind is ActionKind.DEFER}
+    kept_running = {c.job_id for c in picked if c.kind is ActionKind.KEEP}
     reserved = _reserved(problem, deferred)
     open_to_effort = deferred | (stuck & kept_running)
     kept = [

@@ -192,8 +192,10 @@ class PluginHost:
 
     def _wait(self, impl: _Impl, hook: str, pending: _Pending, deadline_s: float | None) -> Any:
         timeout = self._timeout(deadline_s)
-        try:  # a short grace lets a plugin that honours the deadline report its own timeout
-            return pending.result(None if timeout is None else timeout + _GRACE_S)
+        # A short grace lets a plugin that honours the deadline report its own timeout; it
+        # applies also when the deadline passed while other plugins were being waited for.
+        try:
+            return pending.result(None if timeout is None else max(timeout, 0.0) + _GRACE_S)
         except TimeoutError:
             self._hung[impl.plugin_name] = pending
             raise _abandoned(impl, hook, timeout or 0.0) from None
