@@ -352,11 +352,11 @@ def _beyond_held(
 ) -> FloatArray:
     """What best-effort candidate ``c`` takes from the free GPUs: its use beyond what its job
     holds, per pool (nothing for a candidate that is not best effort)."""
-    out = np.zeros_like(row)
-    if c.best_effort:
-        out += row
-        for pool, n in problem.held_gpus.get(c.job_id, {}).items():
-            out[pool_index[pool]] -= n
+    if not c.best_effort:
+        return np.zeros_like(row)
+    out = row.copy()
+    for pool, n in problem.held_gpus.get(c.job_id, {}).items():
+        out[pool_index[pool]] -= n
     beyond: FloatArray = np.maximum(out, 0.0)
     return beyond
 
