@@ -7,11 +7,13 @@ Scores every row of tests/surrogate/data/measurements.csv of the split with
 group, the row count, the median and p90 absolute percentage error and the bias (median
 predicted / measured) of TTFT, TPOT and throughput.  Groups: ``all``, then each key of
 ``--by`` (``gpu``, ``tp_pp``, ``engine``, ``source``, ``model``), and ``gpu x tp_pp``.
+``--dump FILE`` also writes every row's errors, for ``benchmarks/paired_accuracy.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections import defaultdict
@@ -22,6 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 from tests._support.accuracy import METRICS, predict_row, rows, source_label
 
 from koi.surrogate import SurrogateConfig
+
+ROW_KEY = ("source", "gpu", "model", "engine", "tp", "pp", "quant", "isl", "osl", "concurrency")
+ROW_KEY += METRICS
 
 
 def _p90(v: list[float]) -> float:
@@ -39,12 +44,28 @@ def _group_key(row: dict[str, str], by: str) -> str:
     return row[by]
 
 
+def row_errors(
+    scored: list[tuple[dict[str, str], dict[str, float] | None]],
+) -> dict[str, dict[str, float]]:
+    """Each feasible row's absolute percentage error per metric, keyed by the row's own fields
+    (measured values included), so that runs of two revisions pair row by row."""
+    out: dict[str, dict[str, float]] = {}
+    for r, p in scored:
+        if p is not None:
+            key = "|".join(r[k] for k in ROW_KEY)
+            out[key] = {m: abs(p[m] - float(r[m])) / float(r[m]) * 100.0 for m in METRICS if r[m]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="heldout", choices=["fit", "heldout", "all"])
     ap.add_argument("--analytic", action="store_true", help="closed-form screen, no replay")
     ap.add_argument("--by", default="gpu,tp_pp,engine,source,gpu x tp_pp")
     ap.add_argument("--gpus", default="", help="only rows of these GPUs (comma-separated)")
+    ap.add_argument(
+        "--dump", type=Path, help="also write each row's errors as JSON (paired_accuracy.py)"
+    )
     args = ap.parse_args()
     cfg = SurrogateConfig()
     data = rows(None if args.split == "all" else args.split)
@@ -52,6 +73,8 @@ def main() -> None:
         data = [r for r in data if r["gpu"] in args.gpus.split(",")]
     scored = [(r, predict_row(r, cfg, replay=not args.analytic)) for r in data]
     infeasible = sum(1 for _, p in scored if p is None)
+    if args.dump:
+        args.dump.write_text(json.dumps(row_errors(scored), indent=0))
     path = "screen" if args.analytic else "replay"
     only = f" ({args.gpus})" if args.gpus else ""
     print(
