@@ -412,11 +412,7 @@ def served_fraction(job: Job, ev: Evaluated, evaluator: Evaluator) -> float:
     if need <= 0:
         return 1.0
     if job.is_online:
-        correct = evaluator.corrections(job)
-        have = sum(
-            rp.capacity_tok_s * correct(rp.rank.chain).outcome(Outcome.THROUGHPUT)
-            for rp in ev.prediction.ranks
-        )
+        have = evaluator.capacity_tok_s(job, ev.prediction)
     else:
         have = ev.prediction.outcomes.throughput_tok_s
     return min(1.0, max(have, 0.0) / need)

@@ -302,8 +302,10 @@ class Evaluator:
         risk = self.cfg.risk
         ps: list[float] = []
 
-        def objective(outcome: Outcome, bound: float, *, upper_is_bad: bool) -> None:
-            y = pred.outcomes.get(outcome)
+        def objective(
+            outcome: Outcome, bound: float, *, upper_is_bad: bool, y: float | None = None
+        ) -> None:
+            y = pred.outcomes.get(outcome) if y is None else y
             if not math.isfinite(y):
                 ps.append(1.0 if upper_is_bad else 0.0)
                 return
@@ -318,6 +320,12 @@ class Evaluator:
         if job.is_online:
             objective(Outcome.TTFT, t.p99_ttft_ms or math.inf, upper_is_bad=True)
             objective(Outcome.TPOT, t.p99_tpot_ms or math.inf, upper_is_bad=True)
+            # Both p99s assume the ranks keep up with the traffic; past capacity the queue and
+            # every latency grow without bound, which a band around a finite p99 cannot show.
+            need = job.required_output_tok_s(self.snapshot.time_s)
+            if need > 0:
+                have = self.capacity_tok_s(job, pred)
+                objective(Outcome.THROUGHPUT, need, upper_is_bad=False, y=have)
         else:
             required = job.required_output_tok_s(self.snapshot.time_s)
             objective(Outcome.THROUGHPUT, required, upper_is_bad=False)
@@ -328,6 +336,15 @@ class Evaluator:
                 p_any = 1.0 - math.exp(-env.preemption_per_h * horizon_h * rp.rank.replicas)
                 ps.append(rp.traffic_share * p_any)
         return combine_breach(ps)
+
+    def capacity_tok_s(self, job: Job, pred: Prediction) -> float:
+        """The output rate ``pred``'s ranks can carry at most: each rank's saturation
+        capacity, scaled by the throughput correction in force for its chain."""
+        correct = self.corrections(job)
+        return sum(
+            rp.capacity_tok_s * correct(rp.rank.chain).outcome(Outcome.THROUGHPUT)
+            for rp in pred.ranks
+        )
 
     # ---- candidates -----------------------------------------------------------------------
     def _normalizer(self, job: Job) -> Normalizer:
