@@ -76,6 +76,28 @@ def test_spot_preemption_counts_as_risk() -> None:
     assert spot.breach_probability > on_demand.breach_probability
 
 
+def test_a_ladder_near_its_capacity_is_a_risk_even_when_its_p99s_are_within_bounds() -> None:
+    # Bounds so loose that the predicted p99s at 94 % of one replica's capacity (TTFT ~22 s,
+    # TPOT ~90 ms) are far inside them: only the chance that the replica cannot carry the
+    # traffic makes the single replica risky, and C3 takes two.
+    job = attrs.evolve(
+        JOB,
+        workload=attrs.evolve(JOB.workload, rate_rps=16.0),
+        target=attrs.evolve(JOB.target, p99_ttft_ms=60_000.0, p99_tpot_ms=500.0),
+    )
+    ev = _evaluator(Planner.initial_state(KoiConfig()))
+    one, two = (ev.evaluate(job, _ladder(replicas=n), key=f"r{n}") for n in (1, 2))
+    assert one.prediction is not None
+    assert two.prediction is not None
+    need = job.required_output_tok_s(0.0)
+    capacity = ev.capacity_tok_s(job, one.prediction)
+    assert 0.9 * capacity < need < capacity
+    assert one.prediction.outcomes.p99_ttft_ms < 0.5 * job.target.p99_ttft_ms
+    assert one.report.rejected.startswith("C3")
+    assert not two.report.rejected
+    assert two.report.breach_probability < 0.5 * one.report.breach_probability
+
+
 def test_tau_rejects_risky_changes_but_never_a_running_ladder() -> None:
     strict = attrs.evolve(KoiConfig(), planner=attrs.evolve(KoiConfig().planner, tau=0.0))
     state = Planner.initial_state(strict)
