@@ -288,8 +288,9 @@ class Evaluator:
     def breach(self, job: Job, ladder: Ladder, pred: Prediction) -> float:
         """``p_i = 1 - Π_j (1 - p_j)`` over the job's SLO-constrained objectives (paper §2.4).
 
-        Online jobs: p99 TTFT and TPOT against their bounds; batch jobs: throughput against the
-        rate that finishes the remaining work by the deadline.  Spot ranks add the chance of a
+        Online jobs: p99 TTFT and TPOT against their bounds, and the ranks' capacity against
+        the forecast rate (:meth:`capacity_tok_s`); batch jobs: throughput against the rate
+        that finishes the remaining work by the deadline.  Spot ranks add the chance of a
         preemption within ``planner.preemption_horizon_s``, weighted by their traffic share.
         """
         main = max(pred.ranks, key=lambda r: r.traffic_share).rank if pred.ranks else None
@@ -317,18 +318,18 @@ class Evaluator:
             )
 
         t = job.target
+        need = job.required_output_tok_s(self.snapshot.time_s)
         if job.is_online:
             objective(Outcome.TTFT, t.p99_ttft_ms or math.inf, upper_is_bad=True)
             objective(Outcome.TPOT, t.p99_tpot_ms or math.inf, upper_is_bad=True)
             # Both p99s assume the ranks keep up with the traffic; past capacity the queue and
             # every latency grow without bound, which a band around a finite p99 cannot show.
-            need = job.required_output_tok_s(self.snapshot.time_s)
             if need > 0:
-                have = self.capacity_tok_s(job, pred)
-                objective(Outcome.THROUGHPUT, need, upper_is_bad=False, y=have)
+                objective(
+                    Outcome.THROUGHPUT, need, upper_is_bad=False, y=self.capacity_tok_s(job, pred)
+                )
         else:
-            required = job.required_output_tok_s(self.snapshot.time_s)
-            objective(Outcome.THROUGHPUT, required, upper_is_bad=False)
+            objective(Outcome.THROUGHPUT, need, upper_is_bad=False)
         horizon_h = self.cfg.planner.preemption_horizon_s / 3600.0
         for rp in pred.ranks:
             env = rp.rank.chain.environment
