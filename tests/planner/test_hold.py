@@ -134,15 +134,14 @@ def test_a_held_borrowed_correction_keeps_the_evaluation_in_the_memo() -> None:
 
 
 def test_held_eps_and_residuals_move_only_past_the_band_hysteresis() -> None:
-    stratum = Stratum.from_key(
-        stratum_for(_CHAIN, CATALOG.models[_CHAIN.model], _CFG).key
-    )
+    stratum = Stratum.from_key(stratum_for(_CHAIN, CATALOG.models[_CHAIN.model], _CFG).key)
     window = tuple(0.1 * ((k % 5) - 2) for k in range(20))
     history = ResidualHistory(window=36).add_residuals(
         (stratum, Outcome.TTFT.value, r) for r in window
     )
     held = held_inputs(HeldInputs(), eps=0.5, residuals=history, z_star={}, cfg=_CFG)
-    assert held.eps == 0.5 and held.residuals == history
+    assert held.eps == 0.5
+    assert held.residuals == history
     # One more ordinary residual and a small step of ε: both held.
     more = history.add_residual(stratum, Outcome.TTFT.value, 0.05)
     kept = held_inputs(held, eps=0.53, residuals=more, z_star={}, cfg=_CFG)
