@@ -185,7 +185,7 @@ def test_the_evaluator_reads_the_band_and_ideal_point_in_force() -> None:
         _JOB, _LADDER, key="c"
     )
     assert got == want
-    raw = _evaluator(attrs.evolve(state, held=HeldInputs()), EvaluationMemo(), None)
+    raw = _evaluator(attrs.evolve(state, held=HeldInputs()), EvaluationMemo(), SharedCorrections())
     assert raw.evaluate(_JOB, _LADDER, key="c") != got
 
 
