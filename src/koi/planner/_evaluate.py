@@ -114,6 +114,7 @@ class Evaluator:
             {} if exercised is None else exercised
         )
         self._now: dict[str, Prediction] = {}
+        self._strata: dict[Chain, Stratum] = {}
         self._prior: dict[frozenset[tuple[EdgeKey, Stratum]], float] = {}
         self._unit_bands: dict[tuple[Stratum, Outcome, float], RiskBand] = {}
         self._full: dict[str, InForce] = {}
@@ -424,11 +425,16 @@ class Evaluator:
             return self._evaluate(job, ladder, key, sources, replay, best_effort, breach_floor)[0]
         entry = self._entry_key(job, ladder, key, sources, replay, best_effort, breach_floor)
         lam = self.state.calibration.lam
+        evidence = self.state.evidence
         hit = self._memo.get(entry)
         if hit is not None:
-            evaluated, covered, at_lam = hit
-            if covered:  # the items' U as this tick's evidence has them
-                self._covers(job, ladder)
+            evaluated, effects, at_lam, at_evidence = hit
+            if effects and at_evidence is not evidence:
+                # The items' U as this tick's evidence has them (the items are the ladder's).
+                effects = self._covers(job, ladder)[1]
+                self._memo.put(entry, (evaluated, effects, at_lam, evidence))
+            else:
+                self._record(effects)
             if at_lam != lam and evaluated.terms is not None:
                 # λ only weighs the switching term into the value: re-weigh it.
                 value = evaluated.terms.value(self.cfg.scoring, lam=lam)
@@ -440,11 +446,13 @@ class Evaluator:
                     evaluated.prediction,
                     evaluated.terms,
                 )
-                self._memo.put(entry, (evaluated, covered, lam))
+                self._memo.put(entry, (evaluated, effects, lam, evidence))
             return evaluated
-        fresh = self._evaluate(job, ladder, key, sources, replay, best_effort, breach_floor)
-        self._memo.put(entry, (*fresh, lam))
-        return fresh[0]
+        fresh, effects = self._evaluate(
+            job, ladder, key, sources, replay, best_effort, breach_floor
+        )
+        self._memo.put(entry, (fresh, effects, lam, evidence))
+        return fresh
 
     def _entry_key(
         self,
@@ -483,19 +491,25 @@ class Evaluator:
             self._band_inputs(job, ladder),
         )
 
-    def _band_inputs(self, job: Job, ladder: Ladder) -> tuple[RiskBand, ...]:
-        """The unit bands C3 may read for ``ladder``: each rank's stratum (the main rank's is
-        the one read), the job's objectives, at the ladder's prior uncertainty."""
+    def _band_inputs(self, job: Job, ladder: Ladder) -> tuple[float, ...]:
+        """The unit bands C3 may read for ``ladder`` (edges): each rank's stratum (the main
+        rank's is the one read), the job's objectives, at the ladder's prior uncertainty."""
         outcomes = (Outcome.TTFT, Outcome.TPOT) if job.is_online else (Outcome.THROUGHPUT,)
         prior_u = self._prior_uncertainty(self.exercised(ladder))
-        out: list[RiskBand] = []
-        for stratum in dict.fromkeys(
-            stratum_for(r.chain, spec, self.cfg)
-            for r in ladder.ranks
-            if (spec := self.models.get(r.chain.model)) is not None
-        ):
-            out.extend(self._unit_band(stratum, o, prior_u) for o in outcomes)
+        out: list[float] = []
+        for stratum in dict.fromkeys(self._stratum(r.chain) for r in ladder.ranks):
+            if stratum is None:
+                continue
+            for o in outcomes:
+                unit = self._unit_band(stratum, o, prior_u)
+                out.extend((unit.lower, unit.upper))
         return tuple(out)
+
+    def _stratum(self, chain: Chain) -> Stratum | None:
+        hit = self._strata.get(chain)
+        if hit is None and (spec := self.models.get(chain.model)) is not None:
+            hit = self._strata[chain] = stratum_for(chain, spec, self.cfg)
+        return hit
 
     def _evaluate(
         self,
@@ -506,8 +520,8 @@ class Evaluator:
         replay: bool,
         best_effort: bool,
         breach_floor: float,
-    ) -> tuple[Evaluated, bool]:
-        """:meth:`evaluate` without the memo; with whether it recorded exploration items."""
+    ) -> tuple[Evaluated, Effects]:
+        """:meth:`evaluate` without the memo; with what it recorded of exploration items."""
         current = self.current.get(job.id)
         if current is None:
             kind = ActionKind.PLACE
@@ -518,12 +532,12 @@ class Evaluator:
         base = CandidateReport(job_id=job.id, key=key, kind=kind, ladder=ladder, sources=sources)
         policy = job.precision_problem(ladder)
         if policy is not None:  # the owner's call, whatever the surrogate would say
-            return Evaluated(attrs.evolve(base, rejected=f"C2: {policy}"), None), False
+            return Evaluated(attrs.evolve(base, rejected=f"C2: {policy}"), None), ()
         corrections = self.corrections(job)
         predict = self.surrogate.predict if replay else self.surrogate.screen
         pred = predict(job, ladder, now_s=self.snapshot.time_s, corrections=corrections)
         if not pred.feasible:
-            return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred), False
+            return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred), ()
         p = max(self.breach(job, ladder, pred), breach_floor)
         scales = self._normalizer(job)
         z_star = {**ideal_point(job, scales), **(self._z_star(job) or {})}
@@ -547,7 +561,7 @@ class Evaluator:
             cfg=self.cfg.scoring,
         )
         value = terms.value(self.cfg.scoring, lam=self.state.calibration.lam)
-        covers, _ = self._covers(job, ladder)
+        covers, effects = self._covers(job, ladder)
         report = attrs.evolve(
             base,
             outcomes=pred.outcomes,
@@ -561,7 +575,7 @@ class Evaluator:
         if p > tau and kind is not ActionKind.KEEP and not best_effort:
             # C3.  A running ladder is never rejected for risk: stopping it breaches for sure.
             reason = f"C3: breach {p:.2f} > τ {tau:.2f}"
-            return Evaluated(attrs.evolve(report, rejected=reason), None, pred, terms), True
+            return Evaluated(attrs.evolve(report, rejected=reason), None, pred, terms), effects
         candidate = Candidate(
             job_id=job.id,
             key=key,
@@ -579,7 +593,7 @@ class Evaluator:
             ),
             best_effort=best_effort,
         )
-        return Evaluated(report, candidate, pred, terms), True
+        return Evaluated(report, candidate, pred, terms), effects
 
 
 def replay_short_lists(

@@ -19,8 +19,9 @@ __all__ = ["Effects", "Entry", "EvaluationMemo"]
 #: What evaluating one candidate adds to the tick's exploration items, in the order it adds
 #: them: (item, its U, whether it is a mechanism's).
 Effects = tuple[tuple[Hashable, float, bool], ...]
-#: A memo entry: the evaluation, whether it recorded exploration items, the λ it was valued at.
-Entry = tuple["Evaluated", bool, float]
+#: A memo entry: the evaluation, the exploration items it recorded, the λ it was valued at and
+#: the evidence the items' U were read from.
+Entry = tuple["Evaluated", Effects, float, object]
 
 # The evaluation memo starts over past this many candidates (it is a cache, not state).
 _EVALUATIONS_MEMO = 50_000
@@ -35,7 +36,8 @@ class EvaluationMemo:
     both ladders' chains, its cost scale and ideal point, the clock for a batch job's required
     rate) and of the fleet's learning (the unit bands of its strata, from the residuals, ε and
     the pooled evidence in force).  Two reads are cheap enough to redo on a hit instead: the
-    exploration items' U and λ's weighing of the switching term.  What every evaluation reads
+    exploration items' U (replayed while the evidence is the same) and λ's weighing of the
+    switching term.  What every evaluation reads
     in full — the mechanisms, the configuration, the DAG, the catalogs — is global: when any
     differs from the tick the entries were made in, every entry is dropped (:meth:`begin`).
     With the learning's inputs held while they move within their bands
