@@ -123,6 +123,7 @@ class Evaluator:
         self._shared = shared_corrections
         # ... and one of evaluated candidates, valid while the tick's global inputs are.
         self._memo = memo
+        self._evidence: object = state.evidence
         # What the band reads (koi.planner._hold): the residuals and ε in force.
         held = state.held
         self._eps = state.epsilon.eps if held.eps is None else held.eps
@@ -131,6 +132,7 @@ class Evaluator:
             # Only what every evaluation reads in full; the rest of what it reads of the
             # learning and the clock is in each entry's key (:meth:`_entry_key`).
             memo.begin((state.mechanisms, cfg, dag, len(dag), gpus, models))
+            self._evidence = memo.evidence(state.evidence)
 
     def corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
         """The residual corrections in force for ``job`` this tick, for scoring candidates.
@@ -425,7 +427,7 @@ class Evaluator:
             return self._evaluate(job, ladder, key, sources, replay, best_effort, breach_floor)[0]
         entry = self._entry_key(job, ladder, key, sources, replay, best_effort, breach_floor)
         lam = self.state.calibration.lam
-        evidence = self.state.evidence
+        evidence = self._evidence
         hit = self._memo.get(entry)
         if hit is not None:
             evaluated, effects, at_lam, at_evidence = hit

@@ -47,6 +47,7 @@ class EvaluationMemo:
     def __init__(self) -> None:
         self._inputs: tuple[object, ...] | None = None
         self._entries: dict[tuple[object, ...], Entry] = {}
+        self._evidence: object = None
         self.hits = 0
         self.misses = 0
 
@@ -62,6 +63,16 @@ class EvaluationMemo:
         if not same or len(self._entries) > _EVALUATIONS_MEMO:
             self._entries.clear()
         self._inputs = inputs
+
+    def evidence(self, evidence: object) -> object:
+        """``evidence`` as the entries know it: the one seen before while it is equal (a
+        tick without new evidence still builds a new store), so that entries compare it by
+        identity."""
+        seen = self._evidence
+        if seen is not None and (seen is evidence or seen == evidence):
+            return self._evidence
+        self._evidence = evidence
+        return evidence
 
     def get(self, key: tuple[object, ...]) -> Entry | None:
         hit = self._entries.get(key)
