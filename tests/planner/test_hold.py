@@ -204,3 +204,23 @@ def test_held_inputs_survive_a_checkpoint() -> None:
     old = state.to_data()
     del old["held"]
     assert PlannerState.from_data(old, cusum=_CFG.cusum).held == HeldInputs()
+
+
+@pytest.mark.parametrize("outcome", [Outcome.TTFT, Outcome.TPOT, Outcome.THROUGHPUT])
+def test_an_evaluation_is_redone_when_any_band_it_reads_moved(outcome: Outcome) -> None:
+    # An online job's breach reads its p99s' bands and its capacity's (throughput) band.
+    stratum = Stratum.from_key(stratum_for(_CHAIN, CATALOG.models[_CHAIN.model], _CFG).key)
+    base = Planner.initial_state(_CFG)
+    memo, shared = EvaluationMemo(), SharedCorrections()
+    _evaluator(base, memo, shared).evaluate(_JOB, _LADDER, key="c")
+    misses = ResidualHistory(window=36).add_residuals(
+        (stratum, outcome.value, 3.0) for _ in range(8)
+    )
+    moved = attrs.evolve(base, held=HeldInputs(residuals=misses))
+    hits = memo.hits
+    got = _evaluator(moved, memo, shared).evaluate(_JOB, _LADDER, key="c")
+    assert memo.hits == hits
+    fresh = _evaluator(moved, EvaluationMemo(), SharedCorrections()).evaluate(
+        _JOB, _LADDER, key="c"
+    )
+    assert got == fresh

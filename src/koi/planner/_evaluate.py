@@ -496,7 +496,12 @@ class Evaluator:
     def _band_inputs(self, job: Job, ladder: Ladder) -> tuple[float, ...]:
         """The unit bands C3 may read for ``ladder`` (edges): each rank's stratum (the main
         rank's is the one read), the job's objectives, at the ladder's prior uncertainty."""
-        outcomes = (Outcome.TTFT, Outcome.TPOT) if job.is_online else (Outcome.THROUGHPUT,)
+        # An online job's breach reads its p99s and its capacity, a batch job's throughput.
+        outcomes = (
+            (Outcome.TTFT, Outcome.TPOT, Outcome.THROUGHPUT)
+            if job.is_online
+            else (Outcome.THROUGHPUT,)
+        )
         prior_u = self._prior_uncertainty(self.exercised(ladder))
         out: list[float] = []
         for stratum in dict.fromkeys(self._stratum(r.chain) for r in ladder.ranks):
