@@ -15,9 +15,7 @@ Targets: hetero-3h median ≤ 0.5 s (DESIGN §12); fleet-xl median ≤ 3 s, p95 
 
 ``--ticks N`` plans only the first N ticks (a shorter run: jobs arriving later are absent).
 ``median_tick_cpu_s`` is the same median in CPU seconds of this process, steadier than wall
-time on a shared machine.  ``memo`` counts the candidates' evaluations and the instance shapes'
-sizings the planner's memos answered over the run (hits) and those worked out afresh.
-``unchanged_retick_s`` times one more tick on the last snapshot with
+time on a shared machine.  ``unchanged_retick_s`` times one more tick on the last snapshot with
 no new telemetry: what a tick costs when nothing changed (the planner takes every candidate's
 evaluation and the corrections in force from its memos then, but still re-proposes every job
 and solves the selection again).
@@ -75,7 +73,6 @@ class TimedPlanner:
         self.stages: list[dict[str, float]] = []
         self.jobs: list[int] = []
         self.last: ClusterSnapshot | None = None
-        self.memo: dict[str, int | None] = {}
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
         start, cpu = time.perf_counter(), time.process_time()
@@ -87,16 +84,6 @@ class TimedPlanner:
         self.jobs.append(len(snapshot.jobs))
         self.last = snapshot
         return result.plan
-
-    def memo_counts(self) -> dict[str, int | None]:
-        evaluations = self.planner._evaluations
-        screener = self.planner.generator.screener
-        return {
-            "evaluation_hits": evaluations.hits,
-            "evaluation_misses": getattr(evaluations, "misses", None),
-            "sizing_hits": getattr(screener, "sizing_hits", None),
-            "sizing_misses": getattr(screener, "sizing_misses", None),
-        }
 
     def retick(self) -> float:
         """Seconds to plan the last snapshot again with no new telemetry: the work a tick
@@ -142,7 +129,6 @@ def main() -> None:
     wall0 = time.perf_counter()
     run(sc, policy, seed=args.seed)
     wall = time.perf_counter() - wall0
-    policy.memo = policy.memo_counts()
     unchanged = policy.retick()
     warm = policy.seconds[1:] or policy.seconds
     warm_cpu = policy.cpu_seconds[1:] or policy.cpu_seconds
@@ -171,9 +157,6 @@ def main() -> None:
         "median_stage_s": {
             k: round(statistics.median(s.get(k, 0.0) for s in warm_stages), 3) for k in stages
         },
-        # Over the run's ticks, the re-tick excluded: candidates' evaluations and instance
-        # shapes' sizings answered from the planner's memos, and worked out afresh.
-        "memo": policy.memo,
     }
     targets = TARGETS.get(sc.name)
     if targets is not None:

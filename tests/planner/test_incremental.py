@@ -49,7 +49,6 @@ class _Twin:
     def __init__(self) -> None:
         self.warm = Planner()
         self.pairs: list[tuple[Plan, Plan]] = []
-        self.states: list[tuple[PlannerState, PlannerState]] = []
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
         cold = Planner()
@@ -59,9 +58,6 @@ class _Twin:
         from_scratch = cold.tick(snapshot, observations).plan
         incremental = self.warm.tick(snapshot, observations).plan
         self.pairs.append((incremental, from_scratch))
-        # ... and leaves the same state: what the tick holds of the corrections its chains
-        # borrowed (koi.planner._hold) does not depend on what the memos answered.
-        self.states.append((self.warm.state, cold.state))
         return incremental
 
 
@@ -76,10 +72,6 @@ def test_incremental_ticks_plan_as_from_scratch_on_a_changing_fleet() -> None:
     for k, (incremental, from_scratch) in enumerate(twin.pairs):
         assert incremental == from_scratch, f"tick {k}"
         changed += any(a.kind is not ActionKind.KEEP for a in incremental.actions)
-    for k, (warm, cold) in enumerate(twin.states):
-        assert warm == cold, f"state after tick {k}"
-    # Chains borrowed corrections, and the state holds them.
-    assert twin.warm.state.held.borrowed
     # The comparison means something: the fleet changed under the planner more than once,
     # and the warm planner answered from its cross-tick memos.
     assert changed >= 2

@@ -75,9 +75,6 @@ class Screener:
         self._capacities: dict[object, float | None] = {}
         self._sized: dict[object, list[SizedOption]] = {}
         self._fewest: dict[object, SizedOption | None] = {}
-        # Sizings per instance shape answered from the memos, and sized afresh (for benchmarks).
-        self.sizing_hits = 0
-        self.sizing_misses = 0
 
     def sized_options(
         self,
@@ -164,9 +161,7 @@ class Screener:
         options, chains, corr, key = prepared
         hit = self._sized.get(key)
         if hit is not None:
-            self.sizing_hits += 1
             return hit
-        self.sizing_misses += 1
         fn = corrections if corr is not None else None
         out: list[SizedOption] = []
         for k, (opt, chain) in enumerate(zip(options, chains, strict=True)):
@@ -255,13 +250,10 @@ class Screener:
             options, chains, corr, key = prepared
             full = self._sized.get(key)
             if full is not None:
-                self.sizing_hits += 1
                 pick = _fewest(full)
             elif key in self._fewest:
-                self.sizing_hits += 1
                 pick = self._fewest[key]
             else:
-                self.sizing_misses += 1
                 pick = self._fewest_on(job, options, chains, corr, now_s, corrections)
                 if len(self._fewest) >= self.cfg.memo_size:
                     self._fewest.pop(next(iter(self._fewest)))

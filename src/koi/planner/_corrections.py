@@ -39,11 +39,9 @@ if TYPE_CHECKING:  # the state holds a CorrectionStore: import its type only for
 
 __all__ = [
     "DECODE_TIME",
-    "HELD_VARIABLES",
     "PREFILL_TIME",
     "CorrectionEntry",
     "CorrectionStore",
-    "InForce",
     "SharedCorrections",
     "compared_pairs",
     "correction_fn",
@@ -52,16 +50,11 @@ __all__ = [
     "correction_samples",
     "correction_signature",
     "outcomes_only",
-    "quantized",
-    "sticky",
-    "stratum_part",
 ]
 
 DECODE_TIME = "decode_time"
 PREFILL_TIME = "prefill_time"
 _STEPS = (DECODE_TIME, PREFILL_TIME)
-#: The step corrections held in force (by a chain's signature, or by its source when it borrows).
-HELD_VARIABLES = (Outcome.TTFT.value, DECODE_TIME, PREFILL_TIME, Outcome.TPOT.value)
 _TTFT = Outcome.TTFT.value
 _TPOT = Outcome.TPOT.value
 
@@ -156,7 +149,7 @@ class CorrectionStore:
         """Forget the evidence of these (stratum, variable) pairs, the stratum's own and that
         of every chain key inside it (:func:`correction_key`)."""
         drop = set(keys)
-        kept = {k: v for k, v in self._index.items() if (stratum_part(k[0]), k[1]) not in drop}
+        kept = {k: v for k, v in self._index.items() if (_stratum_part(k[0]), k[1]) not in drop}
         if len(kept) == len(self._index):
             return self
         return CorrectionStore._from_index(kept)
@@ -181,7 +174,7 @@ def correction_key(chain: Chain, stratum_key: str) -> str:
     return f"{stratum_key}|{chain.model}|tp{chain.config.tp}"
 
 
-def stratum_part(key: str) -> str:
+def _stratum_part(key: str) -> str:
     """The stratum key of a stratum or chain correction key."""
     return "|".join(key.split("|")[:_STRATUM_FIELDS])
 
@@ -193,7 +186,7 @@ def correction_fn(
     gpus: Mapping[str, GpuSpec],
     models: Mapping[str, ModelSpec],
     cfg: KoiConfig,
-) -> InForce:
+) -> Callable[[Chain], RankCorrection]:
     """The residual corrections in force for ``job``, as the surrogate's per-chain callback.
 
     The chain's own corrections (its model and tensor parallelism in its stratum,
@@ -203,14 +196,8 @@ def correction_fn(
     mechanisms (DESIGN §4.5.1): every mechanism whose belief has reached
     ``planner.mechanism_min_confidence`` and whose scope covers the chain lends the median
     correction of the strata it was tested in.
-
-    A chain's step corrections are held within ``corrections.hysteresis``: its own at its
-    signature (the correction in force when it was last observed), borrowed ones (its
-    stratum's, its model's elsewhere, a mechanism's) at what it borrowed when last planned
-    (:mod:`koi.planner._hold`); the estimate replaces the held value once it leaves the band.
     """
     cache: dict[Chain, RankCorrection] = {}
-    lent: dict[str, tuple[float, ...]] = {}  # per chain key: what it borrowed, first asked
     store, cc = state.corrections, cfg.corrections
     confident = [
         m for m in state.mechanisms if m.belief.confidence >= cfg.planner.mechanism_min_confidence
@@ -257,13 +244,8 @@ def correction_fn(
             m: quantized(f, cc.quantum) for m in Mediator if (f := learned(m.value)) is not None
         }
         # Hysteresis: keep the step corrections in force unless the estimate really moved, so
-        # predictions stay cached across ticks and CUSUM is not restarted by noise.  A chain
-        # that borrows is held at what it borrowed when last planned (koi.planner._hold), one
-        # with evidence of its own at its signature (the correction in force when observed).
-        borrows = sources[0] != key
-        held = state.held.borrowed.get(key) if borrows else None
-        if held is None:
-            held = state.signatures.get(key)
+        # predictions stay cached across ticks and CUSUM is not restarted by noise.
+        held = state.signatures.get(key)
         ttft = quantized(factor(Outcome.TTFT.value), cc.quantum)
         decode = quantized(factor(DECODE_TIME), cc.quantum)
         prefill = quantized(factor(PREFILL_TIME), cc.quantum)
@@ -282,26 +264,9 @@ def correction_fn(
             mediators=mediators,
         )
         cache[chain] = result
-        if borrows:
-            lent.setdefault(key, correction_signature(result))
         return result
 
-    return InForce(correct, lent)
-
-
-class InForce:
-    """The corrections in force per chain (the surrogate's callback), and the signatures of
-    those a chain borrowed (not its own evidence) for the state to hold
-    (:meth:`koi.planner._hold.HeldInputs.with_borrowed`)."""
-
-    def __init__(
-        self, correct: Callable[[Chain], RankCorrection], lent: Mapping[str, tuple[float, ...]]
-    ) -> None:
-        self._correct = correct
-        self.borrowed = lent
-
-    def __call__(self, chain: Chain) -> RankCorrection:
-        return self._correct(chain)
+    return correct
 
 
 class SharedCorrections:
@@ -310,14 +275,13 @@ class SharedCorrections:
 
     :func:`correction_fn` reads the job only to match confident mechanisms' scopes; while no
     mechanism is confident a chain's correction is the same for every job, and it reads no
-    more of the state than the correction store, the signatures, the held borrowed
-    corrections and the mechanisms (whether any is confident).  Tenants' copies of a model ask
-    for the same chains, and a tick with no new evidence asks for the same corrections as the
-    tick before."""
+    more of the state than the correction store, the signatures and the mechanisms (whether
+    any is confident).  Tenants' copies of a model ask for the same chains, and a tick with
+    no new evidence asks for the same corrections as the tick before."""
 
     def __init__(self) -> None:
         self._inputs: tuple[object, ...] | None = None
-        self._full: InForce | None = None
+        self._full: Callable[[Chain], RankCorrection] | None = None
         self._outcomes: Callable[[Chain], RankCorrection] | None = None
 
     def functions(
@@ -328,22 +292,22 @@ class SharedCorrections:
         gpus: Mapping[str, GpuSpec],
         models: Mapping[str, ModelSpec],
         cfg: KoiConfig,
-    ) -> tuple[InForce, Callable[[Chain], RankCorrection]] | None:
+    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]] | None:
         """The shared callbacks (all corrections; outcome and step corrections only, the
         mediators left out), or ``None`` when a confident mechanism makes them depend on
         the job (then :func:`correction_fn` per job)."""
         least = cfg.planner.mechanism_min_confidence
         if any(m.belief.confidence >= least for m in state.mechanisms):
             return None
-        inputs = (state.corrections, state.signatures, state.mechanisms, state.held.borrowed)
+        inputs = (state.corrections, state.signatures, state.mechanisms)
         if (
             self._full is None
             or self._outcomes is None
             or self._inputs is None
-            or self._inputs[4] is not cfg
-            or self._inputs[5] is not models
-            or self._inputs[6] is not gpus
-            or self._inputs[:4] != inputs
+            or self._inputs[3] is not cfg
+            or self._inputs[4] is not models
+            or self._inputs[5] is not gpus
+            or self._inputs[:3] != inputs
         ):
             full = correction_fn(state, job, gpus=gpus, models=models, cfg=cfg)
             self._full, self._outcomes = full, outcomes_only(full)

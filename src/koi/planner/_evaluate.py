@@ -22,7 +22,7 @@ import attrs
 from koi.beliefs import EdgeKey, Stratum
 from koi.config import KoiConfig
 from koi.dag import CausalDag, RankContext, exercised_keys
-from koi.planner._corrections import InForce, SharedCorrections, correction_fn, outcomes_only
+from koi.planner._corrections import SharedCorrections, correction_fn, outcomes_only
 from koi.planner._evaluation_memo import Effects, EvaluationMemo
 from koi.planner._report import CandidateReport
 from koi.planner._state import PlannerState
@@ -114,25 +114,29 @@ class Evaluator:
             {} if exercised is None else exercised
         )
         self._now: dict[str, Prediction] = {}
-        self._strata: dict[Chain, Stratum] = {}
         self._prior: dict[frozenset[tuple[EdgeKey, Stratum]], float] = {}
         self._unit_bands: dict[tuple[Stratum, Outcome, float], RiskBand] = {}
-        self._full: dict[str, InForce] = {}
-        self._lenders: dict[int, InForce] = {}  # every callback asked this tick, in order
+        self._full: dict[str, Callable[[Chain], RankCorrection]] = {}
         # The planner may lend a memo of the corrections that outlives the tick.
         self._shared = shared_corrections
         # ... and one of evaluated candidates, valid while the tick's global inputs are.
         self._memo = memo
-        self._evidence: object = state.evidence
-        # What the band reads (koi.planner._hold): the residuals and ε in force.
-        held = state.held
-        self._eps = state.epsilon.eps if held.eps is None else held.eps
-        self._residuals = state.residuals if held.residuals is None else held.residuals
         if memo is not None:
-            # Only what every evaluation reads in full; the rest of what it reads of the
-            # learning and the clock is in each entry's key (:meth:`_entry_key`).
-            memo.begin((state.mechanisms, cfg, dag, len(dag), gpus, models))
-            self._evidence = memo.evidence(state.evidence)
+            memo.begin(
+                (
+                    snapshot.time_s,
+                    state.evidence,
+                    state.residuals,
+                    state.epsilon.eps,  # ε and λ only: their counters move every tick
+                    state.calibration.lam,
+                    state.mechanisms,
+                    cfg,
+                    dag,
+                    len(dag),
+                    gpus,
+                    models,
+                )
+            )
 
     def corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
         """The residual corrections in force for ``job`` this tick, for scoring candidates.
@@ -146,11 +150,10 @@ class Evaluator:
             shared = self._shared_corrections(job)
             full = shared[0] if shared is not None else self._full_corrections(job)
             fn = shared[1] if shared is not None else outcomes_only(full)
-            self._lenders.setdefault(id(full), full)
             self._corrections[job.id] = fn
         return fn
 
-    def _full_corrections(self, job: Job) -> InForce:
+    def _full_corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
         fn = self._full.get(job.id)
         if fn is None:
             shared = self._shared_corrections(job)
@@ -160,22 +163,12 @@ class Evaluator:
                 fn = correction_fn(
                     self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
                 )
-            self._lenders.setdefault(id(fn), fn)
             self._full[job.id] = fn
         return fn
 
-    def borrowed(self) -> dict[str, tuple[float, ...]]:
-        """The corrections chains borrowed this tick, per chain key (the first asked), for the
-        state to hold (:meth:`koi.planner._hold.HeldInputs.with_borrowed`)."""
-        out: dict[str, tuple[float, ...]] = {}
-        for fn in self._lenders.values():
-            for key, signature in fn.borrowed.items():
-                out.setdefault(key, signature)
-        return out
-
     def _shared_corrections(
         self, job: Job
-    ) -> tuple[InForce, Callable[[Chain], RankCorrection]] | None:
+    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]] | None:
         """The corrections every job shares (no confident mechanism), else ``None``."""
         if self._shared is None:
             return None
@@ -204,45 +197,31 @@ class Evaluator:
         return hit
 
     def _prior_uncertainty(self, keys: frozenset[tuple[EdgeKey, Stratum]]) -> float:
-        """Mean U of the exercised (edge, stratum) pairs, at most 1 and rounded to
-        ``risk.prior_quantum`` (so the band does not move with every observation's evidence);
-        many ladders share one key set."""
+        """Mean U of the exercised (edge, stratum) pairs; many ladders share one key set."""
         if not keys:
             return 1.0
         u = self._prior.get(keys)
         if u is None:
             evidence = self.state.evidence
-            u = min(sum(evidence.uncertainty(e, s) for e, s in keys) / len(keys), 1.0)
-            quantum = self.cfg.risk.prior_quantum
-            if quantum > 0:
-                u = min(round(u / quantum) * quantum, 1.0)
-            self._prior[keys] = u
+            u = self._prior[keys] = sum(evidence.uncertainty(e, s) for e, s in keys) / len(keys)
         return u
 
     def _band(self, y: float, stratum: Stratum, outcome: Outcome, prior_u: float) -> RiskBand:
         """The DRO band around ``y``.  It is affine in the prediction (``ŷ ± |ŷ|·q``), so the
         residual quantiles are taken once per (stratum, outcome, prior) and tick, not once per
         candidate."""
-        unit = self._unit_band(stratum, outcome, prior_u)
+        key = (stratum, outcome, prior_u)
+        unit = self._unit_bands.get(key)
+        if unit is None:
+            residuals = self.state.residuals.get(stratum, outcome.value)
+            unit = band(
+                1.0, residuals, self.state.epsilon.eps, prior_uncertainty=prior_u, cfg=self.cfg.risk
+            )
+            self._unit_bands[key] = unit
         scale = abs(y)
         return RiskBand(
             lower=y + scale * (unit.lower - 1.0), upper=y + scale * (unit.upper - 1.0), center=y
         )
-
-    def _unit_band(self, stratum: Stratum, outcome: Outcome, prior_u: float) -> RiskBand:
-        """The band around 1 from the residuals and ε in force (:mod:`koi.planner._hold`)."""
-        key = (stratum, outcome, prior_u)
-        unit = self._unit_bands.get(key)
-        if unit is None:
-            residuals = self._residuals.get(stratum, outcome.value)
-            unit = band(1.0, residuals, self._eps, prior_uncertainty=prior_u, cfg=self.cfg.risk)
-            self._unit_bands[key] = unit
-        return unit
-
-    def _z_star(self, job: Job) -> Mapping[Outcome, float] | None:
-        """The job's ideal point in force (:mod:`koi.planner._hold`)."""
-        held = self.state.held.z_star.get(job.id)
-        return held if held is not None else self.state.z_star.get(job.id)
 
     # ---- exploration ----------------------------------------------------------------------
     def exploration_weights(self) -> dict[ExplorationItem, float]:
@@ -256,7 +235,7 @@ class Evaluator:
 
     def _covers(self, job: Job, ladder: Ladder) -> tuple[frozenset[ExplorationItem], Effects]:
         """(edge, stratum) pairs and mechanisms the ladder exercises, with their U recorded
-        (:meth:`_record`; also returned, in order).
+        (:meth:`_record`; also returned, in order, for the evaluation memo to replay).
 
         Edge uncertainty is divided by the number of registered edges so that a wholly untested
         stratum is worth β (not β·|E|); mechanisms weigh ω_m times their own U
@@ -331,7 +310,7 @@ class Evaluator:
             if not math.isfinite(y):
                 ps.append(1.0 if upper_is_bad else 0.0)
                 return
-            b = self._band(y, stratum, outcome, prior_u)
+            b = self._band(y, stratum, outcome, min(prior_u, 1.0))
             ps.append(
                 breach_probability(
                     b, bound, upper_is_bad=upper_is_bad, coverage=risk.target_coverage
@@ -426,35 +405,13 @@ class Evaluator:
         if self._memo is None:
             return self._evaluate(job, ladder, key, sources, replay, best_effort, breach_floor)[0]
         entry = self._entry_key(job, ladder, key, sources, replay, best_effort, breach_floor)
-        lam = self.state.calibration.lam
-        evidence = self._evidence
         hit = self._memo.get(entry)
         if hit is not None:
-            evaluated, effects, at_lam, at_evidence = hit
-            if effects and at_evidence is not evidence:
-                # The items' U as this tick's evidence has them (the items are the ladder's).
-                effects = self._covers(job, ladder)[1]
-                self._memo.put(entry, (evaluated, effects, at_lam, evidence))
-            else:
-                self._record(effects)
-            if at_lam != lam and evaluated.terms is not None:
-                # λ only weighs the switching term into the value: re-weigh it.
-                value = evaluated.terms.value(self.cfg.scoring, lam=lam)
-                evaluated = Evaluated(
-                    attrs.evolve(evaluated.report, value=value),
-                    None
-                    if evaluated.candidate is None
-                    else attrs.evolve(evaluated.candidate, value=value),
-                    evaluated.prediction,
-                    evaluated.terms,
-                )
-                self._memo.put(entry, (evaluated, effects, lam, evidence))
-            return evaluated
-        fresh, effects = self._evaluate(
-            job, ladder, key, sources, replay, best_effort, breach_floor
-        )
-        self._memo.put(entry, (fresh, effects, lam, evidence))
-        return fresh
+            self._record(hit[1])
+            return hit[0]
+        fresh = self._evaluate(job, ladder, key, sources, replay, best_effort, breach_floor)
+        self._memo.put(entry, fresh)
+        return fresh[0]
 
     def _entry_key(
         self,
@@ -466,16 +423,11 @@ class Evaluator:
         best_effort: bool,
         breach_floor: float,
     ) -> tuple[object, ...]:
-        """What one evaluation reads of its job and of the learning (:class:`EvaluationMemo`
-        has the rest): the corrections in force on its chains, the clock (a batch job's
-        required rate), the bands of its strata from the evidence, residuals and ε in force, its
-        ideal point.  λ is re-weighed and the exploration items' U re-read on a hit."""
+        """What one evaluation reads of its job (:class:`EvaluationMemo` has the rest)."""
         current = self.current.get(job.id)
         outcome_corr = self.corrections(job)
-        # The current ladder's requests in flight: a batch job's from its predicted mediators,
-        # an online job's from its p99 latencies (which no mediator correction moves).
-        current_corr = outcome_corr if job.is_online else self._full_corrections(job)
-        z_star = self._z_star(job)
+        full_corr = self._full_corrections(job)  # the current ladder's in-flight requests
+        z_star = self.state.z_star.get(job.id)
         return (
             job,
             ladder,
@@ -486,37 +438,10 @@ class Evaluator:
             breach_floor,
             current,
             tuple(outcome_corr(r.chain) for r in ladder.ranks),
-            None if current is None else tuple(current_corr(r.chain) for r in current.ranks),
+            None if current is None else tuple(full_corr(r.chain) for r in current.ranks),
             self.reference_cost.get(job.id, 1.0),
             None if z_star is None else tuple(z_star.items()),
-            None if job.is_online else self.snapshot.time_s,
-            self._band_inputs(job, ladder),
         )
-
-    def _band_inputs(self, job: Job, ladder: Ladder) -> tuple[float, ...]:
-        """The unit bands C3 may read for ``ladder`` (edges): each rank's stratum (the main
-        rank's is the one read), the job's objectives, at the ladder's prior uncertainty."""
-        # An online job's breach reads its p99s and its capacity, a batch job's throughput.
-        outcomes = (
-            (Outcome.TTFT, Outcome.TPOT, Outcome.THROUGHPUT)
-            if job.is_online
-            else (Outcome.THROUGHPUT,)
-        )
-        prior_u = self._prior_uncertainty(self.exercised(ladder))
-        out: list[float] = []
-        for stratum in dict.fromkeys(self._stratum(r.chain) for r in ladder.ranks):
-            if stratum is None:
-                continue
-            for o in outcomes:
-                unit = self._unit_band(stratum, o, prior_u)
-                out.extend((unit.lower, unit.upper))
-        return tuple(out)
-
-    def _stratum(self, chain: Chain) -> Stratum | None:
-        hit = self._strata.get(chain)
-        if hit is None and (spec := self.models.get(chain.model)) is not None:
-            hit = self._strata[chain] = stratum_for(chain, spec, self.cfg)
-        return hit
 
     def _evaluate(
         self,
@@ -547,7 +472,7 @@ class Evaluator:
             return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred), ()
         p = max(self.breach(job, ladder, pred), breach_floor)
         scales = self._normalizer(job)
-        z_star = {**ideal_point(job, scales), **(self._z_star(job) or {})}
+        z_star = {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
         switch = None
         if current is not None and kind is not ActionKind.KEEP:
             switch = switching_cost(

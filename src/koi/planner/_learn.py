@@ -38,7 +38,6 @@ from koi.planner._corrections import (
     correction_signature,
     observed_value,
 )
-from koi.planner._hold import held_inputs
 from koi.planner._regime import Regime, compared_on, window_regime
 from koi.planner._report import LearnReport
 from koi.planner._state import DetectorKey, PlannerState
@@ -257,8 +256,7 @@ def update(
     state: PlannerState, comparison: Comparison, *, dag: CausalDag, cfg: KoiConfig
 ) -> tuple[PlannerState, LearnReport]:
     """S3: CUSUM verdicts → quadrants → Beta beliefs (edges and mechanisms); corrections and
-    residual histories, with what a divergence made stale dropped; ε; the inputs the plan
-    holds (:func:`koi.planner._hold.held_inputs`)."""
+    residual histories, with what a divergence made stale dropped; ε."""
     c = comparison
     detectors = dict(c.detectors)
     residuals = state.residuals.add_residuals(c.residuals)
@@ -336,15 +334,6 @@ def update(
     q1_rate = quadrant_counts.get(Quadrant.Q1.value, 0) / decided if decided else None
     covered = list(c.covered)
     epsilon = state.epsilon.update(covered, cfg.risk) if covered else state.epsilon
-    # What the plan reads of all this moves only when it moved materially (koi.planner._hold).
-    held = held_inputs(
-        state.held,
-        eps=epsilon.eps,
-        residuals=residuals,
-        z_star=c.z_star,
-        stale=stale,
-        cfg=cfg,
-    )
     new_state = attrs.evolve(
         state,
         evidence=state.evidence.apply_many(evidence_updates),
@@ -356,7 +345,6 @@ def update(
         corrections=corrections,
         epsilon=epsilon,
         z_star=c.z_star,
-        held=held,
     )
     report = LearnReport(
         compared=c.compared,

@@ -244,9 +244,7 @@ class Planner:
             self._observed_rates.update(observed_rates(obs))
             self._struggling = struggling(obs, snapshot.jobs, self.config.proposer.risk_margin)
             deadline.check("learning")
-            result, borrowed = self._plan(snapshot, state, learned, errors, watch)  # S4–S6
-            # The corrections chains borrowed are held at what this tick planned with.
-            state = attrs.evolve(state, held=state.held.with_borrowed(borrowed))
+            result = self._plan(snapshot, state, learned, errors, watch)  # S4–S6
         except KoiError as exc:
             errors.append(f"{type(exc).__name__}: {exc}")
             state, result = self.state, fallback_result(snapshot, self.state, errors)
@@ -342,8 +340,7 @@ class Planner:
         learned: LearnReport,
         errors: list[str],
         watch: _Stopwatch,
-    ) -> tuple[TickResult, dict[str, tuple[float, ...]]]:
-        """S4–S6: the plan, and the corrections its chains borrowed (for the state to hold)."""
+    ) -> TickResult:
         cfg = self.config
         deadline = self._deadline
         finished = finished_jobs(snapshot)
@@ -460,7 +457,7 @@ class Planner:
             late=late,
         )
         watch.lap("S6_select")
-        return result, evaluator.borrowed()
+        return result
 
     def _as_planned(
         self, job: Job, snapshot: ClusterSnapshot, state: PlannerState, *, late_rps: float | None

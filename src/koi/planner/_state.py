@@ -1,9 +1,8 @@
 """Everything the planner carries from one tick to the next, and its JSON form.
 
 The state is one frozen value: beliefs, mechanisms, CUSUM detectors, residual histories,
-residual corrections, the ε calibrator, the slow-loop knobs, the ideal points, the prediction
-ledger and the inputs the plan holds (:mod:`koi.planner._hold`).  ``to_data``/``from_data``
-give the versioned checkpoint body.
+residual corrections, the ε calibrator, the slow-loop knobs, the ideal points and the prediction
+ledger.  ``to_data``/``from_data`` give the versioned checkpoint body.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from koi.cusum import CusumConfig, Detector
 from koi.dag import Mechanism
 from koi.errors import InvalidInput, KoiError, StateError
 from koi.planner._corrections import CorrectionStore
-from koi.planner._hold import HeldInputs
 from koi.risk import EpsilonCalibrator, ResidualHistory
 from koi.types import Chain, Mediators, Outcome, Outcomes, from_data, to_data
 
@@ -56,7 +54,6 @@ class PlannerState:
     corrections: CorrectionStore = attrs.field(factory=CorrectionStore)
     z_star: Mapping[str, Mapping[Outcome, float]] = attrs.field(factory=dict)
     ledger: Mapping[tuple[str, Chain], LedgerEntry] = attrs.field(factory=dict)
-    held: HeldInputs = attrs.field(factory=HeldInputs)
     tick: int = 0
     last_time_s: float | None = None
 
@@ -82,7 +79,6 @@ class PlannerState:
                 for job, zs in sorted(self.z_star.items())
             },
             "ledger": [to_data(e) for e in self.ledger.values()],
-            "held": self.held.to_data(),
         }
 
     @classmethod
@@ -117,8 +113,6 @@ class PlannerState:
                     for job, zs in dict(data["z_star"]).items()
                 },
                 ledger={(e.job_id, e.chain): e for e in ledger},
-                # A checkpoint from before the held inputs: nothing held yet.
-                held=HeldInputs.from_data(data["held"]) if "held" in data else HeldInputs(),
             )
         except KeyError as exc:
             raise StateError(f"checkpoint state: required field {exc} missing") from None

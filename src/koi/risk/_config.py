@@ -31,10 +31,6 @@ class RiskConfig:
       residuals the prior is worth when blended with a short history.
     * ``window``: residuals kept per (stratum, objective); ``prediction_floor`` keeps relative
       residuals finite for predictions near zero.
-    * ``band_hysteresis``: how far (relative to the prediction) the band's edges may drift
-      before the planner releases the residuals and ε it holds (``koi.planner._hold``);
-      ``prior_quantum``: the grid the prior's uncertainty U is rounded to in the band (its
-      edges move by at most ``prior_width_per_u · (1 + band_sigmas·ε/z) · prior_quantum / 2``).
     """
 
     target_coverage: float = attrs.field(default=0.90, validator=_open_unit)
@@ -50,8 +46,6 @@ class RiskConfig:
     prior_strength: float = attrs.field(default=10.0, validator=positive)
     window: int = attrs.field(default=36, validator=positive_int)
     prediction_floor: float = attrs.field(default=1e-6, validator=positive)
-    band_hysteresis: float = attrs.field(default=0.05, validator=non_negative)
-    prior_quantum: float = attrs.field(default=0.02, validator=non_negative)
 
     def __attrs_post_init__(self) -> None:
         if not self.eps_min <= self.eps0 <= self.eps_max:
