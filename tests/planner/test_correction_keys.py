@@ -61,17 +61,20 @@ def _planner() -> Planner:
     return Planner(config=attrs.evolve(cfg, planner=planner))
 
 
-def _learned() -> Planner:
+def _learned(slow: Job = SLOW, fast: Job = FAST) -> Planner:
     """A planner that ran both jobs and saw one steady window of each: TPOT 3x the prior's
     for ``slow``, as predicted for ``fast``."""
     planner = _planner()
-    active = [ActiveDeployment(j, lad, 0.0) for j, lad in LADDERS.items()]
-    snapshot = ClusterSnapshot(300.0, [SLOW, FAST], [Pool(ENV, 4)], active)
+    ladders = {
+        j.id: Ladder((Rank(Chain(j.model, ENV, Config(quant=Quant.FP8)), 1),)) for j in (slow, fast)
+    }
+    active = [ActiveDeployment(j, lad, 0.0) for j, lad in ladders.items()]
+    snapshot = ClusterSnapshot(300.0, [slow, fast], [Pool(ENV, 4)], active)
     planner.tick(snapshot, launch=False)  # stores the prior's predictions in the ledger
     surrogate = Surrogate(CATALOG.gpus, CATALOG.models)
     obs = []
-    for job, slower in ((SLOW, 3.0), (FAST, 1.0)):
-        (rp,) = surrogate.screen(job, LADDERS[job.id], now_s=300.0).ranks
+    for job, slower in ((slow, 3.0), (fast, 1.0)):
+        (rp,) = surrogate.screen(job, ladders[job.id], now_s=300.0).ranks
         outcomes = attrs.evolve(rp.outcomes, p99_tpot_ms=slower * rp.outcomes.p99_tpot_ms)
         requests = int(4.0 * 300.0)
         obs.append(
@@ -96,6 +99,21 @@ def test_each_chain_keeps_its_own_correction() -> None:
     fast_chain = LADDERS[FAST.id].ranks[0].chain
     assert _decode(planner, SLOW, slow_chain) == pytest.approx(3.0, rel=0.03)
     assert _decode(planner, FAST, fast_chain) == pytest.approx(1.0, rel=0.03)
+
+
+def test_each_job_keeps_its_own_correction_on_a_shared_chain() -> None:
+    # Two jobs of one model on one chain, one 3x slower than the prior says (its traffic),
+    # the other as it says: each plans with its own miss, not the median of both, and a
+    # third job of the model that has not run there takes the chain's (the median, 2x).
+    slow, fast = _job("slow", "Llama-3.1-8B"), _job("fast", "Llama-3.1-8B")
+    planner = _learned(slow, fast)
+    chain = Chain(slow.model, ENV, Config(quant=Quant.FP8))
+    assert _decode(planner, slow, chain) == pytest.approx(3.0, rel=0.03)
+    assert _decode(planner, fast, chain) == pytest.approx(1.0, rel=0.03)
+    assert _decode(planner, _job("new", slow.model), chain) == pytest.approx(2.0, rel=0.03)
+    # The planner's own evaluation reads the same per job (not a callback shared by all).
+    assert not planner.state.corrections.has_job_keys("new")
+    assert planner.state.corrections.has_job_keys("slow")
 
 
 def test_a_chain_without_evidence_gets_its_stratum() -> None:

@@ -1,7 +1,8 @@
 """Residual corrections (DESIGN §4.5.1): per stratum, what the surrogate gets wrong.
 
-Each observation of a deployed rank implies a correction factor for its stratum: the factor in
-force when the prediction was made times ``observed / predicted``.  The correction is the median
+Each observation of a deployed rank implies a correction factor for its stratum, its chain and
+the job on the chain: the factor in force when the prediction was made times
+``observed / predicted``.  The correction is the median
 of the implied factors since the last reset, so it converges in a tick or two, shrugs off
 outliers, and does not feed back on itself.  The decode step time is corrected from TPOT (it
 generalises across replica counts and batch sizes, because the surrogate re-derives queueing
@@ -15,7 +16,8 @@ what the planner remembers of them per stratum.  The surrogate only applies a
 :class:`koi.surrogate.RankCorrection`; it never decides one.
 
 Longer than most modules: the store, the corrections in force and the samples S3 records share
-one key scheme (stratum, chain) and one factor arithmetic; apart, each would re-derive them.
+one key scheme (stratum, chain, job on the chain) and one factor arithmetic; apart, each would
+re-derive them.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ __all__ = [
     "correction_moved",
     "correction_samples",
     "correction_signature",
+    "job_key",
     "outcomes_only",
 ]
 
@@ -85,6 +88,7 @@ def floor_of(variable: str) -> float:
 
 #: How many ``|``-separated fields a stratum key has (``Stratum.key``); a chain key adds more.
 _STRATUM_FIELDS = len(GLOBAL.key.split("|"))
+_CHAIN_FIELDS = _STRATUM_FIELDS + 2  # the stratum's, then model and tensor parallelism
 
 
 @attrs.frozen
@@ -98,19 +102,26 @@ class CorrectionStore:
     _chains: Mapping[tuple[str, str], list[str]] = attrs.field(
         init=False, eq=False, hash=False, repr=False
     )
+    _jobs: frozenset[str] = attrs.field(init=False, eq=False, hash=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         index = {(e.stratum, e.variable): e.factors for e in self.entries}
         object.__setattr__(self, "_index", index)
         chains: dict[tuple[str, str], list[str]] = {}  # chain keys by (engine, model)
-        for key in sorted({k for k, _ in index if k.count("|") >= _STRATUM_FIELDS}):
+        for key in sorted({k for k, _ in index if k.count("|") == _CHAIN_FIELDS - 1}):
             parts = key.split("|")
             chains.setdefault((parts[_STRATUM_FIELDS - 1], parts[_STRATUM_FIELDS]), []).append(key)
         object.__setattr__(self, "_chains", chains)
+        jobs = {k.split("|")[-1] for k, _ in index if k.count("|") == _CHAIN_FIELDS}
+        object.__setattr__(self, "_jobs", frozenset(jobs))
 
     def chains_of(self, engine: str, model: str, cfg: CorrectionConfig) -> list[str]:
         """The chain keys of ``model`` on ``engine`` (any GPU type) with evidence, sorted."""
         return [k for k in self._chains.get((engine, model), ()) if self.has_evidence(k, cfg)]
+
+    def has_job_keys(self, job_id: str) -> bool:
+        """Has ``job_id`` recorded evidence of its own on any chain (:func:`job_key`)?"""
+        return job_id in self._jobs
 
     def factor(self, stratum: str, variable: str, cfg: CorrectionConfig) -> float | None:
         """The current correction, or ``None`` while there is too little evidence."""
@@ -174,6 +185,18 @@ def correction_key(chain: Chain, stratum_key: str) -> str:
     return f"{stratum_key}|{chain.model}|tp{chain.config.tp}"
 
 
+def job_key(chain_key: str, job_id: str) -> str:
+    """Where one job's own corrections on a chain are learned: the chain key and the job.
+
+    Two jobs of one model on one chain can miss differently (a long-prompt job's decode steps
+    carry prefill chunks a chat job's do not), and one median of both flips with whichever
+    reported last.  Without the causal graph (a chain key that is the global stratum)
+    evidence stays pooled fleet-wide."""
+    if chain_key.count("|") != _CHAIN_FIELDS - 1:
+        return chain_key
+    return f"{chain_key}|{job_id}"
+
+
 def _stratum_part(key: str) -> str:
     """The stratum key of a stratum or chain correction key."""
     return "|".join(key.split("|")[:_STRATUM_FIELDS])
@@ -189,8 +212,9 @@ def correction_fn(
 ) -> Callable[[Chain], RankCorrection]:
     """The residual corrections in force for ``job``, as the surrogate's per-chain callback.
 
-    The chain's own corrections (its model and tensor parallelism in its stratum,
-    :func:`correction_key`) once it has any step correction of its own, else its stratum's.
+    The job's own corrections on the chain (:func:`job_key`) once it has any step correction
+    there, else the chain's (its model and tensor parallelism in its stratum,
+    :func:`correction_key`) once it has any, else its stratum's.
     Where the stratum has none either, its model's on other GPU types with the same engine
     (median; docs/planner.md).  What is still without evidence is borrowed through admitted
     mechanisms (DESIGN §4.5.1): every mechanism whose belief has reached
@@ -226,8 +250,12 @@ def correction_fn(
             return RankCorrection()
         skey = stratum_for(chain, spec, cfg).key
         key = correction_key(chain, skey)
-        # The chain's evidence, else its stratum's, else its model's elsewhere, each as a whole:
-        # the TTFT factor is relative to the decode step in force when it was learned.
+        # The job's own evidence on the chain, else the chain's, else its stratum's, else its
+        # model's elsewhere, each as a whole: the TTFT factor is relative to the decode step in
+        # force when it was learned.
+        own = job_key(key, job.id)
+        if own != key and store.has_evidence(own, cc):
+            key = own
         sources = [key] if store.has_evidence(key, cc) else [skey]
         if sources[0] != key and not store.has_evidence(skey, cc):
             sources = store.chains_of(skey.split("|")[-1], chain.model, cc) or sources
@@ -298,6 +326,8 @@ class SharedCorrections:
         the job (then :func:`correction_fn` per job)."""
         least = cfg.planner.mechanism_min_confidence
         if any(m.belief.confidence >= least for m in state.mechanisms):
+            return None
+        if state.corrections.has_job_keys(job.id):  # its own evidence on some chain
             return None
         inputs = (state.corrections, state.signatures, state.mechanisms)
         if (

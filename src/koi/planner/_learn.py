@@ -36,6 +36,7 @@ from koi.planner._corrections import (
     correction_moved,
     correction_samples,
     correction_signature,
+    job_key,
     observed_value,
 )
 from koi.planner._regime import Regime, compared_on, window_regime
@@ -192,13 +193,14 @@ def compare(
             in_force = corrections_in_force(o.chain)
             signature = correction_signature(in_force)
             ckey = correction_key(o.chain, skey)
-            previous = signatures.get(ckey, signature)
+            jkey = job_key(ckey, job_id)  # the job's own on the chain: what was in force for it
+            previous = signatures.get(jkey, signatures.get(ckey, signature))
             for key in [k for k in detectors if k[0] == skey and k not in touched]:
                 if correction_moved(previous, signature, key[1], cfg.corrections.recalibration):
                     # This variable's predictor was just recalibrated: residuals of the old one
                     # must not accumulate against the new one (that would read as a change).
                     detectors[key] = detectors[key].reset()
-            signatures[ckey] = signature
+            signatures[ckey] = signatures[jkey] = signature
             regime = window_regime(o, cfg.corrections.backlog_tolerance)
             for variable, observed, pred in compared_pairs(o, rp, regime):
                 r = _residual(variable, observed, pred)
@@ -236,6 +238,8 @@ def compare(
             samples.extend(mine)
             if ckey != skey:  # and the chain's own (koi.planner._corrections.correction_key)
                 samples.extend((ckey, *sample[1:]) for sample in mine)
+            if jkey != ckey:  # and the job's own on the chain (koi.planner._corrections.job_key)
+                samples.extend((jkey, *sample[1:]) for sample in mine)
             rank = Rank(o.chain, max(o.replicas_up, 1))
             evaluated.append((stratum, RankContext.from_rank(rank, spec, gpu, job), rank))
     return Comparison(
