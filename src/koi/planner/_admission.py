@@ -451,9 +451,21 @@ def _best_effort(
         and not _deficit(ev.report.ladder, free, {})
     ]
     rejected.sort(key=lambda se: (-se[0], se[1].report.breach_probability, -se[1].report.value))
+    # A running job's keep is past C3's bound too (it is never rejected for risk): a change
+    # worth more than it and no likelier to breach is no worse a bet, whatever it carries.
+    keep = mine.get(snapshot.current_ladders.get(job.id, Ladder()))
+    if keep is not None and (keep.candidate is None or keep.report.kind is not ActionKind.KEEP):
+        keep = None
+    rejected = rejected[:limit] + [
+        se
+        for se in rejected[limit:]
+        if keep is not None
+        and se[1].report.value > keep.report.value
+        and se[1].report.breach_probability <= keep.report.breach_probability
+    ]
     margin = cfg.planner.refusal_margin
     picked = []
-    for served, ev in rejected[:limit]:
+    for served, ev in rejected:
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
         best = evaluator.evaluate(job, r.ladder, key=r.key, sources=sources, best_effort=True)
@@ -464,8 +476,7 @@ def _best_effort(
             picked.append(best)
     if not picked:
         return
-    keep = mine.get(snapshot.current_ladders.get(job.id, Ladder()))
-    if keep is not None and keep.candidate is not None and keep.report.kind is ActionKind.KEEP:
+    if keep is not None:
         # A running job's keep is judged like its best-effort options: by the share it carries.
         value = keep.report.value - margin * (1.0 - served_fraction(job, keep, evaluator))
         mine[keep.report.ladder] = _revalued(keep, value)
