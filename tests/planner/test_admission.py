@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import attrs
 import pytest
 
@@ -9,7 +11,7 @@ from koi.candidates import CandidateGenerator, ProposalContext
 from koi.config import KoiConfig
 from koi.dag import default_dag
 from koi.planner import Planner, TickResult
-from koi.planner._admission import admit, served_fraction, struggling
+from koi.planner._admission import admit, effort_picks, served_fraction, struggling
 from koi.planner._evaluate import Evaluator
 from koi.planner._progress import Progress, late_batch_jobs, work_time_s
 from koi.planner._report import Verdict
@@ -404,3 +406,21 @@ def test_a_running_hopeless_job_grows_into_free_gpus_best_effort(policy: Admissi
         assert action.ladder.gpus > 1
     else:
         assert action.kind is ActionKind.KEEP
+
+
+def test_a_running_job_past_c3_may_take_any_change_no_worse_than_its_keep() -> None:
+    # Ranked by the share of the demand carried: the first ``limit`` join as best effort, and
+    # for a running job every other one worth more than its keep and no likelier to breach.
+    def ev(value: float, breach: float) -> SimpleNamespace:
+        return SimpleNamespace(report=SimpleNamespace(value=value, breach_probability=breach))
+
+    ranked = [
+        (0.9, ev(-10.0, 1.0)),
+        (0.5, ev(-3.0, 1.0)),
+        (0.4, ev(-2.0, 0.9)),
+        (0.3, ev(-9.0, 1.0)),
+    ]
+    keep = SimpleNamespace(value=-5.0, breach_probability=0.95)
+    picks = effort_picks(ranked, 1, keep)  # type: ignore[arg-type]
+    assert [p[0] for p in picks] == [0.9, 0.4]  # -3.0 is likelier to breach, -9.0 worth less
+    assert effort_picks(ranked, 1, None) == ranked[:1]  # type: ignore[arg-type]

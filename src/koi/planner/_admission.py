@@ -46,7 +46,7 @@ from koi.candidates import CandidateGenerator, ProposalContext, at_risk_outcomes
 from koi.config import KoiConfig
 from koi.planner._evaluate import Evaluated, Evaluator
 from koi.planner._progress import work_time_s
-from koi.planner._report import AtRisk, Verdict
+from koi.planner._report import AtRisk, CandidateReport, Verdict
 from koi.types import (
     ActionKind,
     AdmissionPolicy,
@@ -63,6 +63,7 @@ __all__ = [
     "MAKE_ROOM",
     "Admission",
     "admit",
+    "effort_picks",
     "served_fraction",
     "struggling",
     "stuck",
@@ -456,16 +457,9 @@ def _best_effort(
     keep = mine.get(snapshot.current_ladders.get(job.id, Ladder()))
     if keep is not None and (keep.candidate is None or keep.report.kind is not ActionKind.KEEP):
         keep = None
-    rejected = rejected[:limit] + [
-        se
-        for se in rejected[limit:]
-        if keep is not None
-        and se[1].report.value > keep.report.value
-        and se[1].report.breach_probability <= keep.report.breach_probability
-    ]
     margin = cfg.planner.refusal_margin
     picked = []
-    for served, ev in rejected:
+    for served, ev in effort_picks(rejected, limit, None if keep is None else keep.report):
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
         best = evaluator.evaluate(job, r.ladder, key=r.key, sources=sources, best_effort=True)
@@ -487,6 +481,22 @@ def _best_effort(
     value = min(defer.report.value, worst - margin)
     if defer.candidate is not None and value < defer.report.value:
         mine[Ladder()] = _revalued(defer, value)
+
+
+def effort_picks(
+    ranked: Sequence[tuple[float, Evaluated]], limit: int, keep: CandidateReport | None
+) -> list[tuple[float, Evaluated]]:
+    """The C3-rejected ladders that join as best effort: the first ``limit`` of ``ranked``
+    (most of the demand carried first), and, for a running job, every other one worth more
+    than its keep and no likelier to breach — the keep is past C3's bound too (a running
+    ladder is never rejected for risk), so such a change is no worse a bet."""
+    return [*ranked[:limit]] + [
+        (served, ev)
+        for served, ev in ranked[limit:]
+        if keep is not None
+        and ev.report.value > keep.value
+        and ev.report.breach_probability <= keep.breach_probability
+    ]
 
 
 def _revalued(ev: Evaluated, value: float) -> Evaluated:
