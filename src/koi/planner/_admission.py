@@ -452,9 +452,7 @@ def _best_effort(
         and not _deficit(ev.report.ladder, free, {})
     ]
     rejected.sort(key=lambda se: (-se[0], se[1].report.breach_probability, -se[1].report.value))
-    # A running job's keep is past C3's bound too (it is never rejected for risk): a change
-    # worth more than it and no likelier to breach is no worse a bet, whatever it carries.
-    keep = mine.get(snapshot.current_ladders.get(job.id, Ladder()))
+    keep = mine.get(snapshot.current_ladders.get(job.id, Ladder()))  # a running job's keep
     if keep is not None and (keep.candidate is None or keep.report.kind is not ActionKind.KEEP):
         keep = None
     margin = cfg.planner.refusal_margin
@@ -490,12 +488,15 @@ def effort_picks(
     (most of the demand carried first), and, for a running job, every other one worth more
     than its keep and no likelier to breach — the keep is past C3's bound too (a running
     ladder is never rejected for risk), so such a change is no worse a bet."""
-    return [*ranked[:limit]] + [
-        (served, ev)
-        for served, ev in ranked[limit:]
-        if keep is not None
-        and ev.report.value > keep.value
-        and ev.report.breach_probability <= keep.breach_probability
+    return [
+        *ranked[:limit],
+        *(
+            (served, ev)
+            for served, ev in ranked[limit:]
+            if keep is not None
+            and ev.report.value > keep.value
+            and ev.report.breach_probability <= keep.breach_probability
+        ),
     ]
 
 

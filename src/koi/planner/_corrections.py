@@ -2,13 +2,12 @@
 
 Each observation of a deployed rank implies a correction factor for its stratum, its chain and
 the job on the chain: the factor in force when the prediction was made times
-``observed / predicted``.  The correction is the median
-of the implied factors since the last reset, so it converges in a tick or two, shrugs off
-outliers, and does not feed back on itself.  The decode step time is corrected from TPOT (it
-generalises across replica counts and batch sizes, because the surrogate re-derives queueing
-from it); p99 TTFT, which mixes prefill with queueing, and the mediators are corrected
-directly.  CUSUM divergence resets a variable so that
-stale evidence does not linger after the world changed.
+``observed / predicted``.  The correction is the median of the implied factors since the last
+reset, so it converges in a tick or two, shrugs off outliers, and does not feed back on
+itself.  The decode step time is corrected from TPOT (it generalises across replica counts and
+batch sizes, because the surrogate re-derives queueing from it); p99 TTFT, which mixes prefill
+with queueing, and the mediators are corrected directly.  CUSUM divergence resets a variable
+so that stale evidence does not linger after the world changed.
 
 This module is the one home of residual corrections: the store (S3 records into it), the
 per-chain corrections in force (:func:`correction_fn`, which S2, S5 and the ledger use), and
