@@ -121,6 +121,25 @@ def test_hopeless_job_is_served_best_effort_and_reported_at_risk() -> None:
     assert all(c.breach_probability >= chosen.breach_probability for c in rejected)
 
 
+def test_best_effort_ladders_compete_at_the_fidelity_of_the_keep() -> None:
+    # The keep and each job's best change are re-predicted by the replay engine (S5); a
+    # best-effort ladder entering after them is replayed too, so the selection never weighs
+    # a replayed keep against a closed form that near saturation is far more optimistic.
+    job = _online("new", ttft_ms=60.0, rate_rps=40.0)
+    snapshot = ClusterSnapshot(600.0, [job], [Pool(ENV, 8)], [])
+    planner = _planner()
+    result = planner.tick(snapshot, launch=False)
+    effort = [c for c in result.candidates_for("new") if "best-effort" in c.sources]
+    assert effort
+    differs = False
+    for c in effort:
+        replayed = planner.surrogate.predict(job, c.ladder, now_s=600.0)
+        screened = planner.surrogate.screen(job, c.ladder, now_s=600.0)
+        assert c.outcomes == replayed.outcomes
+        differs |= replayed.outcomes != screened.outcomes
+    assert differs  # else the check above could not fail
+
+
 def _effort_evaluator(job: Job, snapshot: ClusterSnapshot, cfg: KoiConfig) -> Evaluator:
     return Evaluator(
         snapshot=snapshot,

@@ -222,8 +222,10 @@ class _Spare:
         for k in sorted(set(amounts)):
             if _scaled_in(current, index, k).is_empty:
                 continue  # that is its stop, already a candidate
-            ev = self._evaluate(job, current, index, k)
-            if ev.candidate is not None and ev.report.ladder not in mine:
+            shrunk = self._evaluate(job, current, index, k)
+            if shrunk.candidate is None or shrunk.report.ladder in mine:
+                continue
+            for ev in _replayed(job, [shrunk], mine, self.evaluator):
                 src = ev.report.sources if MAKE_ROOM in ev.report.sources else (MAKE_ROOM,)
                 mine[ev.report.ladder] = attrs.evolve(
                     ev, report=attrs.evolve(ev.report, sources=src)
@@ -361,7 +363,7 @@ def _make_room(
             room.append(ev)
     room.sort(key=lambda e: -e.report.value)
     offered: list[str] = []
-    for ev in room[:_ROOM_LADDERS]:
+    for ev in _replayed(job, room[:_ROOM_LADDERS], mine, evaluator):
         for pool, short in _deficit(ev.report.ladder, free, held).items():
             left = short
             for d in _donor_order(donors, current, pool):
@@ -378,6 +380,23 @@ def _make_room(
                 if left <= 0:
                     break
     return tuple(offered)
+
+
+def _replayed(
+    job: Job, evs: Sequence[Evaluated], mine: dict[Ladder, Evaluated], evaluator: Evaluator
+) -> list[Evaluated]:
+    """``evs`` re-predicted with the replay engine's p99s, as the job's keep and best change
+    were (S5): a ladder that enters the selection here competes with them at their fidelity,
+    not with the closed form's, which near saturation can be far more optimistic.  Those
+    still valid, in order; ``mine`` holds the replayed evaluations."""
+    out = []
+    for ev in evs:
+        r = ev.report
+        fresh = evaluator.evaluate(job, r.ladder, key=r.key, sources=r.sources, replay=True)
+        mine[r.ladder] = fresh
+        if fresh.candidate is not None:
+            out.append(fresh)
+    return out
 
 
 def _deficit(ladder: Ladder, free: Mapping[str, int], held: Mapping[str, int]) -> dict[str, int]:
@@ -460,7 +479,9 @@ def _best_effort(
     for served, ev in effort_picks(rejected, limit, None if keep is None else keep.report):
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
-        best = evaluator.evaluate(job, r.ladder, key=r.key, sources=sources, best_effort=True)
+        best = evaluator.evaluate(
+            job, r.ladder, key=r.key, sources=sources, best_effort=True, replay=True
+        )
         if best.candidate is not None:
             value = best.report.value - margin * (1.0 - served)
             best = _revalued(best, value)
