@@ -475,9 +475,8 @@ def _best_effort(
     if keep is not None and (keep.candidate is None or keep.report.kind is not ActionKind.KEEP):
         keep = None
     margin = cfg.planner.refusal_margin
-    kept = None if keep is None else (served_fraction(job, keep, evaluator), keep.report)
     picked = []
-    for served, ev in effort_picks(rejected, limit, kept):
+    for served, ev in effort_picks(rejected, limit, None if keep is None else keep.report):
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
         best = evaluator.evaluate(
@@ -490,9 +489,9 @@ def _best_effort(
             picked.append(best)
     if not picked:
         return
-    if keep is not None and kept is not None:
+    if keep is not None:
         # A running job's keep is judged like its best-effort options: by the share it carries.
-        value = keep.report.value - margin * (1.0 - kept[0])
+        value = keep.report.value - margin * (1.0 - served_fraction(job, keep, evaluator))
         mine[keep.report.ladder] = _revalued(keep, value)
     defer = mine.get(Ladder())
     if defer is None:
@@ -504,33 +503,21 @@ def _best_effort(
 
 
 def effort_picks(
-    ranked: Sequence[tuple[float, Evaluated]],
-    limit: int,
-    keep: tuple[float, CandidateReport] | None,
+    ranked: Sequence[tuple[float, Evaluated]], limit: int, keep: CandidateReport | None
 ) -> list[tuple[float, Evaluated]]:
     """The C3-rejected ladders that join as best effort: the first ``limit`` of ``ranked``
     (most of the demand carried first), and, for a running job, every other one worth more
     than its keep and no likelier to breach — the keep is past C3's bound too (a running
-    ladder is never rejected for risk), so such a change is no worse a bet.
-
-    ``keep`` is a running job's keep with the share of its demand it carries: a move costs the
-    work in flight and a window while the new chain loads, so a running job takes no
-    best-effort ladder that carries less of its demand than it does.  Among ladders that all
-    breach, the value would otherwise favour the cheapest, however little it serves."""
-    if keep is None:
-        return list(ranked[:limit])
-    held, report = keep
+    ladder is never rejected for risk), so such a change is no worse a bet."""
     return [
-        (served, ev)
-        for n, (served, ev) in enumerate(ranked)
-        if served >= held
-        and (
-            n < limit
-            or (
-                ev.report.value > report.value
-                and ev.report.breach_probability <= report.breach_probability
-            )
-        )
+        *ranked[:limit],
+        *(
+            (served, ev)
+            for served, ev in ranked[limit:]
+            if keep is not None
+            and ev.report.value > keep.value
+            and ev.report.breach_probability <= keep.breach_probability
+        ),
     ]
 
 
