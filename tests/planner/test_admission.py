@@ -94,6 +94,10 @@ def test_newcomer_is_admitted_by_shrinking_a_lower_priority_job() -> None:
     chosen = next(c for c in result.candidates_for("old") if c.chosen)
     assert chosen.breach_probability <= 0.3  # the donor stays within its own target
     assert result.at_risk == ()
+    # Both ladders entered after S5's replays, and are judged at the replay's fidelity too.
+    for job, ladder in ((snapshot.jobs[0], old.ladder), (snapshot.jobs[1], new.ladder)):
+        taken = next(c for c in result.candidates_for(job.id) if c.chosen)
+        assert taken.outcomes == SURROGATE.predict(job, ladder, now_s=600.0).outcomes
     # Without making room nothing free fits the newcomer: it waits, reported as blocked.
     blocked = _planner(make_room=False).tick(snapshot, launch=False)
     assert blocked.plan.action("new").kind is ActionKind.DEFER
