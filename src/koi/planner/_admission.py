@@ -363,7 +363,8 @@ def _make_room(
             room.append(ev)
     room.sort(key=lambda e: -e.report.value)
     offered: list[str] = []
-    for ev in _replayed(job, room[:_ROOM_LADDERS], mine, evaluator):
+    best = room[:_ROOM_LADDERS]
+    for ev in _replayed(job, best, mine, evaluator) if job.id in current else best:
         for pool, short in _deficit(ev.report.ladder, free, held).items():
             left = short
             for d in _donor_order(donors, current, pool):
@@ -385,10 +386,12 @@ def _make_room(
 def _replayed(
     job: Job, evs: Sequence[Evaluated], mine: dict[Ladder, Evaluated], evaluator: Evaluator
 ) -> list[Evaluated]:
-    """``evs`` re-predicted with the replay engine's p99s, as the job's keep and best change
-    were (S5): a ladder that enters the selection here competes with them at their fidelity,
-    not with the closed form's, which near saturation can be far more optimistic.  Those
-    still valid, in order; ``mine`` holds the replayed evaluations."""
+    """``evs`` re-predicted with the replay engine's p99s, as a running job's keep was (S5):
+    a ladder that enters the selection here competes with the keep at its fidelity, not with
+    the closed form's, which near saturation can be far more optimistic.  (A pending job
+    stuck in S5 has no replayed candidate: its admission ladders compete with each other, at
+    the closed form's.)  Those still valid, in order; ``mine`` holds the replayed
+    evaluations."""
     out = []
     for ev in evs:
         r = ev.report
@@ -475,12 +478,13 @@ def _best_effort(
     if keep is not None and (keep.candidate is None or keep.report.kind is not ActionKind.KEEP):
         keep = None
     margin = cfg.planner.refusal_margin
+    running = job.id in snapshot.current_ladders  # its keep was replayed (S5)
     picked = []
     for served, ev in effort_picks(rejected, limit, None if keep is None else keep.report):
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
         best = evaluator.evaluate(
-            job, r.ladder, key=r.key, sources=sources, best_effort=True, replay=True
+            job, r.ladder, key=r.key, sources=sources, best_effort=True, replay=running
         )
         if best.candidate is not None:
             value = best.report.value - margin * (1.0 - served)
