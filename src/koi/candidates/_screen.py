@@ -22,6 +22,7 @@ import attrs
 
 from koi.candidates._config import ProposerConfig
 from koi.candidates._sizing import replicas_for
+from koi.memo import Memo
 from koi.surrogate import Prediction, RankCorrection, Surrogate
 from koi.types import Chain, Config, Environment, GpuSpec, Job, Ladder, Outcomes, Quant, Rank
 
@@ -71,10 +72,13 @@ class Screener:
     def __init__(self, surrogate: Surrogate, cfg: ProposerConfig | None = None) -> None:
         self.surrogate = surrogate
         self.cfg = cfg or ProposerConfig()
-        self._screens: dict[object, list[Option]] = {}
-        self._capacities: dict[object, float | None] = {}
-        self._sized: dict[object, list[SizedOption]] = {}
-        self._fewest: dict[object, SizedOption | None] = {}
+        # Bounded memos (koi.memo), not aged per tick: their keys are workload and instance
+        # shapes that recur over many ticks, and recomputing them costs more than they hold.
+        size = self.cfg.memo_size
+        self._screens: Memo[object, list[Option]] = Memo(size)
+        self._capacities: Memo[object, float | None] = Memo(size)
+        self._sized: Memo[object, list[SizedOption]] = Memo(size)
+        self._fewest: Memo[object, SizedOption | None] = Memo(size)
 
     def sized_options(
         self,
@@ -178,10 +182,7 @@ class Screener:
             pred = self.surrogate.screen(job, sized, now_s=now_s, corrections=fn)
             if pred.feasible:
                 out.append(SizedOption(opt, replicas, pred, meets_target(job, pred.outcomes)))
-        if len(self._sized) >= self.cfg.memo_size:
-            self._sized.pop(next(iter(self._sized)))
-        self._sized[key] = out
-        return out
+        return self._sized.put(key, out)
 
     def _prepare(
         self,
@@ -252,12 +253,11 @@ class Screener:
             if full is not None:
                 pick = _fewest(full)
             elif key in self._fewest:
-                pick = self._fewest[key]
+                pick = self._fewest.get(key)
             else:
-                pick = self._fewest_on(job, options, chains, corr, now_s, corrections)
-                if len(self._fewest) >= self.cfg.memo_size:
-                    self._fewest.pop(next(iter(self._fewest)))
-                self._fewest[key] = pick
+                pick = self._fewest.put(
+                    key, self._fewest_on(job, options, chains, corr, now_s, corrections)
+                )
             if pick is not None:
                 out.append(pick)
         return out
@@ -300,14 +300,11 @@ class Screener:
         job = canonical(job)
         key = (job.model, job.job_class, job.workload, job.target, chain, correction)
         if key in self._capacities:
-            return self._capacities[key]
+            return self._capacities.get(key)
         capacity = self.surrogate.capacity(job, chain, corrections=corrections)
-        if capacity is not None and capacity <= 0:
-            capacity = None
-        if len(self._capacities) >= self.cfg.memo_size:
-            self._capacities.pop(next(iter(self._capacities)))
-        self._capacities[key] = capacity
-        return capacity
+        return self._capacities.put(
+            key, None if capacity is not None and capacity <= 0 else capacity
+        )
 
     def configs(self, gpu: GpuSpec, gpus_per_instance: int, multi_node: bool) -> Iterable[Config]:
         """The enumeration on one instance shape: pp = 1 before pp = 2 for each tp."""
@@ -363,8 +360,7 @@ class Screener:
             opt = Option(env, config, cap)
             smallest_fit.setdefault(fit, opt)
             options.append(opt)
-        self._screens[key] = options
-        return options
+        return self._screens.put(key, options)
 
 
 def _fewest(sized: Sequence[SizedOption]) -> SizedOption | None:

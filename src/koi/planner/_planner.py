@@ -231,6 +231,8 @@ class Planner:
             deadline_s=deadline.plan_by,
         )
         given = checked_observations(observations or ())
+        # One memo generation per tick: the memos keep what this tick and the last one use.
+        self.surrogate.age()
         watch.lap("S0_snapshot")
         errors: list[str] = []
         state = self.state

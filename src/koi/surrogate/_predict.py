@@ -8,7 +8,6 @@ cache policy over several files.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
+from koi.memo import Memo
 from koi.surrogate._analytic import (
     RankLoad,
     Saturation,
@@ -52,12 +52,12 @@ from koi.types import (
 
 __all__ = ["Prediction", "RankPrediction", "Surrogate"]
 
-#: Step-time caches shared by the replays of one step model: how many are kept, and how many
-#: entries one may hold before it starts over (a memo, not state: its values never change).
+#: Step-time caches shared by the replays of one step model: how many one memo generation
+#: holds, and how many entries one may hold before it starts over (its values never change).
 _STEP_CACHES = 512
 _STEP_CACHE_ENTRIES = 50_000
 #: Uncorrected step times memoized for the replays of corrected step models: how many step
-#: models, and how many step times each may hold before it starts over.
+#: models one memo generation holds, and how many step times each may hold.
 _BASE_STEP_MEMOS = 128
 _BASE_STEP_ENTRIES = 20_000
 #: The configuration the adapter's replay engines run with (their step caches must match it).
@@ -228,16 +228,35 @@ class Surrogate:
         self.models = dict(models)
         self.cfg = cfg or SurrogateConfig()
         self.profiles = profiles
-        self._cache: OrderedDict[Any, Prediction] = OrderedDict()
-        self._ranks: OrderedDict[Any, ServingEstimate] = OrderedDict()
-        self._sats: dict[Any, Saturation] = {}
-        self._steps: dict[Any, tuple[StepTimeModel, str | None]] = {}
-        self._step_caches: OrderedDict[Any, CachedStepModel] = OrderedDict()
-        self._base_steps: OrderedDict[Any, MemoStepModel] = OrderedDict()
-        self._feasible: dict[tuple[Chain, int | None, int | None], Feasibility] = {}
-        self._longest: dict[tuple[LengthDist, LengthDist], int] = {}
+        # Memos, aged once per planning tick (:meth:`age`): they hold what the last two ticks
+        # used, so a long-running planner's memory stays flat (koi.memo).
+        size = self.cfg.cache_size
+        self._cache: Memo[Any, Prediction] = Memo(size)
+        self._ranks: Memo[Any, ServingEstimate] = Memo(size)
+        self._sats: Memo[Any, Saturation] = Memo(size)
+        self._steps: Memo[Any, tuple[StepTimeModel, str | None]] = Memo(size)
+        self._step_caches: Memo[Any, CachedStepModel] = Memo(_STEP_CACHES)
+        self._base_steps: Memo[Any, MemoStepModel] = Memo(_BASE_STEP_MEMOS)
+        self._feasible: Memo[tuple[Chain, int | None, int | None], Feasibility] = Memo(size)
+        self._longest: Memo[tuple[LengthDist, LengthDist], int] = Memo(size)
         self.hits = 0
         self.misses = 0
+
+    def age(self) -> None:
+        """End a memo generation (the planner calls it once per tick): what neither this tick
+        nor the one before used is forgotten, so memory follows the fleet, not the run's
+        length.  Predictions never change; only the time to recompute one does."""
+        for memo in (
+            self._cache,
+            self._ranks,
+            self._sats,
+            self._steps,
+            self._step_caches,
+            self._base_steps,
+            self._feasible,
+            self._longest,
+        ):
+            memo.age()
 
     # ---- chains -------------------------------------------------------------------------
     def _specs(self, chain: Chain) -> tuple[GpuSpec, ModelSpec]:
@@ -276,10 +295,7 @@ class Surrogate:
             seq_tokens=seq_tokens,
             max_request_tokens=max_request_tokens,
         )
-        if len(self._feasible) >= self.cfg.cache_size:
-            self._feasible.clear()  # a memo, not state: start over rather than grow
-        self._feasible[key] = hit
-        return hit
+        return self._feasible.put(key, hit)
 
     def step_model(
         self, gpu: GpuSpec, model: ModelSpec, config: Config
@@ -337,7 +353,6 @@ class Surrogate:
         key = self._cache_key(job, ladder, now_s, corr, replay=replay)
         hit = self._cache.get(key)
         if hit is not None:
-            self._cache.move_to_end(key)
             self.hits += 1
             return hit
         self.misses += 1
@@ -345,10 +360,7 @@ class Surrogate:
         if replay and pred.feasible and pred.outcomes.slo_margin >= self.cfg.replay_min_margin:
             # Only ladders the screen does not already rule out earn a replay.
             pred = self._predict(job, ladder, now_s, corr, replay=True)
-        self._cache[key] = pred
-        if len(self._cache) > self.cfg.cache_size:
-            self._cache.popitem(last=False)
-        return pred
+        return self._cache.put(key, pred)
 
     @staticmethod
     def _cache_key(
@@ -495,9 +507,7 @@ class Surrogate:
         key = (input_len, output_len)
         hit = self._longest.get(key)
         if hit is None:
-            if len(self._longest) >= self.cfg.cache_size:
-                self._longest.clear()  # a memo, not state: start over rather than grow
-            hit = self._longest[key] = longest_request(input_len, output_len)
+            hit = self._longest.put(key, longest_request(input_len, output_len))
         return hit
 
     def _step_model_cached(
@@ -506,7 +516,7 @@ class Surrogate:
         key = (gpu.name, model.name, config)
         hit = self._steps.get(key)
         if hit is None:
-            hit = self._steps[key] = self.step_model(gpu, model, config)
+            hit = self._steps.put(key, self.step_model(gpu, model, config))
         return hit
 
     def _step_cache(self, r: _RankLoad) -> CachedStepModel | None:
@@ -522,19 +532,16 @@ class Surrogate:
             return None
         hit = self._step_caches.get(r.step_key)
         if hit is not None and hit.footprint <= _STEP_CACHE_ENTRIES:
-            self._step_caches.move_to_end(r.step_key)
             return hit
-        hit = CachedStepModel(
-            self._probed(r),
-            resolution=rc.step_resolution,
-            floor_tokens=rc.step_floor_tokens,
-            affine=rc.step_affine,
+        return self._step_caches.put(
+            r.step_key,
+            CachedStepModel(
+                self._probed(r),
+                resolution=rc.step_resolution,
+                floor_tokens=rc.step_floor_tokens,
+                affine=rc.step_affine,
+            ),
         )
-        self._step_caches[r.step_key] = hit
-        self._step_caches.move_to_end(r.step_key)
-        if len(self._step_caches) > _STEP_CACHES:
-            self._step_caches.popitem(last=False)
-        return hit
 
     def _probed(self, r: _RankLoad) -> StepTimeModel:
         """The step model a replay's step-time cache probes: a corrected one scales the
@@ -546,11 +553,7 @@ class Surrogate:
         key = r.step_key[:3]
         memo = self._base_steps.get(key)
         if memo is None:
-            memo = MemoStepModel(step.base, _BASE_STEP_ENTRIES)
-            self._base_steps[key] = memo
-            if len(self._base_steps) > _BASE_STEP_MEMOS:
-                self._base_steps.popitem(last=False)
-        self._base_steps.move_to_end(key)
+            memo = self._base_steps.put(key, MemoStepModel(step.base, _BASE_STEP_ENTRIES))
         return ScaledStepModel(memo, prefill=step.prefill, decode=step.decode)
 
     def _saturation(self, key: Any, load: RankLoad) -> Saturation:
@@ -558,18 +561,13 @@ class Surrogate:
         estimate of one load at another rate or concurrency starts from it."""
         hit = self._sats.get(key)
         if hit is None:
-            if len(self._sats) >= self.cfg.cache_size:
-                self._sats.clear()  # a memo, not state: start over rather than grow
-            hit = self._sats[key] = saturation(load)
+            hit = self._sats.put(key, saturation(load))
         return hit
 
     def _memo(self, key: Any, fn: Callable[[], ServingEstimate]) -> ServingEstimate:
         hit = self._ranks.get(key)
         if hit is None:
-            hit = fn()
-            self._ranks[key] = hit
-            if len(self._ranks) > self.cfg.cache_size:
-                self._ranks.popitem(last=False)
+            hit = self._ranks.put(key, fn())
         return hit
 
     def _bucket(self, rate: float) -> float:
