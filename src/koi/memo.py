@@ -4,10 +4,10 @@ The planner keeps memos across ticks (screens, predictions, step times) because 
 jobs and ladders come back every tick.  Most keys also carry something that moves — a
 correction, a batch job's clock — so a memo that only grows holds mostly entries no tick
 will ask for again: a planner left running for days would run out of memory.  A
-:class:`Memo` keeps two generations: :meth:`age` (once per tick) makes the entries used in
-the tick that ends the old generation and drops the generation before it, and a hit in the
-old generation moves the entry back to the new one.  So it holds what the last two ticks
-used, whatever the fleet's size and however long the planner runs.  ``limit`` caps one
+:class:`Memo` keeps two generations: :meth:`age` (once per tick) turns the new generation
+into the old one and drops the old one, and a hit in the old generation moves the entry back
+to the new one.  So it holds what the last two ticks used, whatever the fleet's size and
+however long the planner runs.  ``limit`` caps one
 generation as well (it ages early when the new one fills), for callers that never age it.
 """
 
@@ -57,10 +57,6 @@ class Memo(Generic[K, V]):
         """End a generation: what was not used since the last call is forgotten at the next."""
         self._old = self._new
         self._new = {}
-
-    def clear(self) -> None:
-        self._new = {}
-        self._old = {}
 
     def __contains__(self, key: object) -> bool:
         return key in self._new or key in self._old
