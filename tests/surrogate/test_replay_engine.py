@@ -447,6 +447,26 @@ def test_a_shared_cache_is_used_as_is() -> None:
     assert len(shared) > 0
 
 
+def test_a_bounded_interpolation_memo_gives_the_same_step_times() -> None:
+    # Prefill time quadratic in the prompt tokens: the grid interpolates, so the memo matters.
+    curved = Linear(per_pair=3e-9)
+    reqs = sample_requests(workload(30.0, isl=900), np.random.default_rng(4), 0.0, 90.0)
+
+    def run(cache: CachedStepModel) -> WindowStats:
+        eng = ReplayEngine([ReplicaSpec(cache, 200_000, 64, 2048)] * 2, Routing.LEAST_LOADED)
+        eng.submit(reqs)
+        return eng.advance(90.0)
+
+    big, small = CachedStepModel(curved), CachedStepModel(curved, interp_limit=8)
+    wide, narrow = run(big), run(small)
+    np.testing.assert_array_equal(narrow.finish_s, wide.finish_s)  # the same floats
+    np.testing.assert_array_equal(narrow.ttft_ms, wide.ttft_ms)
+    assert len(wide.finish_s) > 100
+    assert small.footprint < big.footprint - 100
+    with pytest.raises(InvalidInput, match="interp_limit"):
+        CachedStepModel(curved, interp_limit=0)
+
+
 def test_feed_restamps_arrivals_when_issued() -> None:
     reqs = [Request(i, 999.0, 50, 5) for i in range(6)]
     eng = ReplayEngine([spec()], Routing.ROUND_ROBIN, start_s=10.0)

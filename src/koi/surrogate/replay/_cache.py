@@ -104,6 +104,11 @@ class CachedStepModel:
     Share one instance across engines to share the cache (the surrogate replays many short
     engines over the same few models).  The wrapped model must be deterministic: a cache would
     freeze per-call noise.
+
+    The nodes interpolated between grid nodes are keyed by exact prefill token counts, so over
+    a long replay they would grow without bound; they are kept in two generations of at most
+    ``interp_limit`` each (the older dropped when the newer fills, a hit in it moved back),
+    and recomputed from the grid when asked again: the same floats.
     """
 
     __slots__ = (
@@ -111,6 +116,8 @@ class CachedStepModel:
         "_decode",
         "_f",
         "_interp",
+        "_interp_limit",
+        "_interp_old",
         "_inv",
         "_k",
         "_log",
@@ -129,11 +136,14 @@ class CachedStepModel:
         resolution: float = 0.05,
         floor_tokens: float = 64.0,
         affine: bool = True,
+        interp_limit: int = 4_096,
     ) -> None:
         if not (0.0 < resolution < 1.0):
             raise InvalidInput(f"resolution: must be in (0, 1), got {resolution!r}")
         if not (0.0 < floor_tokens < math.inf):
             raise InvalidInput(f"floor_tokens: must be > 0, got {floor_tokens!r}")
+        if isinstance(interp_limit, bool) or not isinstance(interp_limit, int) or interp_limit < 1:
+            raise InvalidInput(f"interp_limit: must be an integer >= 1, got {interp_limit!r}")
         self.model = model
         # A model may offer step_parts(t, p, n, c): the five fields of its step() as a tuple,
         # the same floats without building StepTime values (the simulated fleet's truth does).
@@ -145,6 +155,8 @@ class CachedStepModel:
         self._k = math.ceil(1.0 / resolution)
         self._nodes: dict[tuple[int, int], _Node] = {}  # affine: (prefill tokens, seqs)
         self._interp: dict[tuple[int, int], _Node] = {}  # nodes interpolated between them
+        self._interp_old: dict[tuple[int, int], _Node] = {}  # their previous generation
+        self._interp_limit = interp_limit
         self._rows: dict[tuple[int, int], _Node] = {}  # at grid prefill tokens, any seqs
         self._br: dict[int, tuple[int, int, float]] = {}
         self._decode: dict[tuple[int, int], StepTuple] = {}  # bucketed
@@ -158,7 +170,9 @@ class CachedStepModel:
     def footprint(self) -> int:
         """Every memoised entry, interpolated nodes and grid brackets included (a cache shared
         by many engines is bounded by this)."""
-        return len(self) + len(self._interp) + len(self._rows) + len(self._br)
+        return (
+            len(self) + len(self._interp) + len(self._interp_old) + len(self._rows) + len(self._br)
+        )
 
     # -- affine mode ----------------------------------------------------------------------
 
@@ -267,7 +281,7 @@ class CachedStepModel:
     def _affine(self, t: int, p: float, n: int, c: float) -> StepTuple:
         g = self._interp.get((t, n))
         if g is None:
-            g = self._interp[(t, n)] = self._between(t, n)
+            g = self._interpolated(t, n)
         s0 = g[0] + p * g[5] + c * g[10]
         s1 = g[1] + p * g[6] + c * g[11]
         s2 = g[2] + p * g[7] + c * g[12]
@@ -278,6 +292,18 @@ class CachedStepModel:
         if not total > 0.0 or s0 < 0.0 or s1 < 0.0 or s2 < 0.0 or s3 < 0.0 or s4 < 0.0:
             return self._exact(t, p, n, c)  # the interpolation left the model's valid range
         return (total, s0, s1, s2, s3, s4)
+
+    def _interpolated(self, t: int, n: int) -> _Node:
+        """The interpolated node at ``(t, n)`` on a miss of the current generation."""
+        key = (t, n)
+        g = self._interp_old.get(key)
+        if g is None:
+            g = self._between(t, n)
+        if len(self._interp) >= self._interp_limit:
+            self._interp_old = self._interp
+            self._interp = {}
+        self._interp[key] = g
+        return g
 
     def _between(self, t: int, n: int) -> _Node:
         """The node at ``(t, n)``: bilinear in (prefill tokens, decode seqs) between grid
