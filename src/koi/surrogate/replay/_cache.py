@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from koi.errors import InvalidInput
+from koi.memo import Memo
 from koi.surrogate.replay._step import StepTime, StepTimeModel
 
 __all__ = ["CachedStepModel", "StepTuple", "UncachedStepModel"]
@@ -116,8 +117,6 @@ class CachedStepModel:
         "_decode",
         "_f",
         "_interp",
-        "_interp_limit",
-        "_interp_old",
         "_inv",
         "_k",
         "_log",
@@ -154,9 +153,8 @@ class CachedStepModel:
         self._inv = 1.0 / self._log
         self._k = math.ceil(1.0 / resolution)
         self._nodes: dict[tuple[int, int], _Node] = {}  # affine: (prefill tokens, seqs)
-        self._interp: dict[tuple[int, int], _Node] = {}  # nodes interpolated between them
-        self._interp_old: dict[tuple[int, int], _Node] = {}  # their previous generation
-        self._interp_limit = interp_limit
+        # Nodes interpolated between them (two bounded generations: keyed by exact counts).
+        self._interp: Memo[tuple[int, int], _Node] = Memo(interp_limit)
         self._rows: dict[tuple[int, int], _Node] = {}  # at grid prefill tokens, any seqs
         self._br: dict[int, tuple[int, int, float]] = {}
         self._decode: dict[tuple[int, int], StepTuple] = {}  # bucketed
@@ -170,9 +168,7 @@ class CachedStepModel:
     def footprint(self) -> int:
         """Every memoised entry, interpolated nodes and grid brackets included (a cache shared
         by many engines is bounded by this)."""
-        return (
-            len(self) + len(self._interp) + len(self._interp_old) + len(self._rows) + len(self._br)
-        )
+        return len(self) + len(self._interp) + len(self._rows) + len(self._br)
 
     # -- affine mode ----------------------------------------------------------------------
 
@@ -281,7 +277,7 @@ class CachedStepModel:
     def _affine(self, t: int, p: float, n: int, c: float) -> StepTuple:
         g = self._interp.get((t, n))
         if g is None:
-            g = self._interpolated(t, n)
+            g = self._interp.put((t, n), self._between(t, n))
         s0 = g[0] + p * g[5] + c * g[10]
         s1 = g[1] + p * g[6] + c * g[11]
         s2 = g[2] + p * g[7] + c * g[12]
@@ -292,18 +288,6 @@ class CachedStepModel:
         if not total > 0.0 or s0 < 0.0 or s1 < 0.0 or s2 < 0.0 or s3 < 0.0 or s4 < 0.0:
             return self._exact(t, p, n, c)  # the interpolation left the model's valid range
         return (total, s0, s1, s2, s3, s4)
-
-    def _interpolated(self, t: int, n: int) -> _Node:
-        """The interpolated node at ``(t, n)`` on a miss of the current generation."""
-        key = (t, n)
-        g = self._interp_old.get(key)
-        if g is None:
-            g = self._between(t, n)
-        if len(self._interp) >= self._interp_limit:
-            self._interp_old = self._interp
-            self._interp = {}
-        self._interp[key] = g
-        return g
 
     def _between(self, t: int, n: int) -> _Node:
         """The node at ``(t, n)``: bilinear in (prefill tokens, decode seqs) between grid
