@@ -12,14 +12,10 @@ from koi.surrogate import Surrogate
 from koi.types import (
     Chain,
     Config,
-    Job,
     Ladder,
-    LengthDist,
     Rank,
-    ServingTarget,
-    WorkloadProfile,
 )
-from tests._support.specs import H100_NODE, gpus, models
+from tests._support.specs import H100_NODE, chat_job, gpus, models
 
 
 def test_a_memo_forgets_what_a_whole_generation_did_not_use() -> None:
@@ -54,16 +50,10 @@ def test_a_memo_limit_must_be_a_positive_integer(limit: object) -> None:
         Memo(limit)  # type: ignore[arg-type]
 
 
-def _job(rate: float) -> Job:
-    w = WorkloadProfile(LengthDist(1500, 0.5, 8000), LengthDist(200, 0.5, 2000), rate_rps=rate)
-    target = ServingTarget.online(p99_ttft_ms=2000, p99_tpot_ms=80)
-    return Job(id="chat", model="Llama-3.1-8B", job_class="online", workload=w, target=target)
-
-
 def test_the_surrogates_memos_forget_what_two_ticks_did_not_ask_for() -> None:
     sur = Surrogate(gpus(), models())
     ladder = Ladder((Rank(Chain("Llama-3.1-8B", H100_NODE, Config(tp=1)), 2),))
-    kept, dropped = _job(4.0), _job(9.0)
+    kept, dropped = chat_job(4.0, prompt=1500), chat_job(9.0, prompt=1500)
     first = {j.workload.rate_rps: sur.screen(j, ladder) for j in (kept, dropped)}
     misses = sur.misses
     for _ in range(3):  # three ticks that ask only for the kept job's screen

@@ -11,7 +11,16 @@ from pathlib import Path
 from typing import Any
 
 import koi
-from koi.types import Environment, GpuSpec, ModelSpec, from_data
+from koi.types import (
+    Environment,
+    GpuSpec,
+    Job,
+    LengthDist,
+    ModelSpec,
+    ServingTarget,
+    WorkloadProfile,
+    from_data,
+)
 
 #: One on-demand 8×H100-SXM node, for tests that need an environment and not a fleet.
 H100_NODE = Environment(
@@ -54,3 +63,10 @@ def measured_models() -> dict[str, ModelSpec]:
         r["name"]: from_data({k: v for k, v in r.items() if k != "source"}, ModelSpec) for r in rows
     }
     return models() | extra
+
+
+def chat_job(rate: float, prompt: float = 1000) -> Job:
+    """An online Llama-3.1-8B chat job (2 s / 80 ms p99 bounds) at ``rate`` requests/s."""
+    w = WorkloadProfile(LengthDist(prompt, 0.5, 8000), LengthDist(200, 0.5, 2000), rate_rps=rate)
+    target = ServingTarget.online(p99_ttft_ms=2000, p99_tpot_ms=80)
+    return Job(id="chat", model="Llama-3.1-8B", job_class="online", workload=w, target=target)

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import attrs
 import pytest
-from tests._support.specs import H100_NODE, gpus, models
+from tests._support.specs import H100_NODE, chat_job, gpus, models
 
 from koi.surrogate import RankCorrection, Surrogate, SurrogateConfig
 from koi.types import (
@@ -22,17 +22,6 @@ from koi.types import (
 )
 
 _ENV = H100_NODE
-
-
-def _online(rate: float, prompt: float = 1000) -> Job:
-    w = WorkloadProfile(LengthDist(prompt, 0.5, 8000), LengthDist(200, 0.5, 2000), rate_rps=rate)
-    return Job(
-        id="chat",
-        model="Llama-3.1-8B",
-        job_class="online",
-        workload=w,
-        target=ServingTarget.online(p99_ttft_ms=2000, p99_tpot_ms=80),
-    )
 
 
 def _batch() -> Job:
@@ -64,12 +53,12 @@ def test_predictions_after_others_equal_a_fresh_surrogates() -> None:
     # prompts of two lengths and a batch job: every later prediction reuses what an earlier
     # one cached, and must still be what a surrogate that saw nothing else predicts.
     asks: list[tuple[Job, Ladder, Corrections]] = [
-        (_online(4.0), _ladder(2), None),
-        (_online(4.0), _ladder(2), _slow),
-        (_online(9.0), _ladder(3), None),
-        (_online(9.0), _ladder(3), _slow),
-        (_online(4.0, prompt=3000), _ladder(2), None),
-        (_online(9.0), _ladder(2, tp=2), None),
+        (chat_job(4.0), _ladder(2), None),
+        (chat_job(4.0), _ladder(2), _slow),
+        (chat_job(9.0), _ladder(3), None),
+        (chat_job(9.0), _ladder(3), _slow),
+        (chat_job(4.0, prompt=3000), _ladder(2), None),
+        (chat_job(9.0), _ladder(2, tp=2), None),
         (_batch(), _ladder(2), None),
         (_batch(), _ladder(2), _slow),
     ]
@@ -99,7 +88,7 @@ def test_replays_under_moving_corrections_equal_a_fresh_surrogates(
     factors = [(1.0, 1.3), (1.0, 1.31), (0.8, 1.31), (1.2, 0.9), (1.0, 1.3)]
     shared = Surrogate(gpus(), models(), cfg)
     seen = set()
-    for job in (_online(6.0), _online(6.0, prompt=3000), _batch()):
+    for job in (chat_job(6.0), chat_job(6.0, prompt=3000), _batch()):
         for prefill, decode in factors:
 
             def corr(_c: Chain, p: float = prefill, d: float = decode) -> RankCorrection:
