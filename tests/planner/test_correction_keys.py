@@ -15,7 +15,7 @@ from koi.config import KoiConfig
 from koi.planner import Planner
 from koi.planner._corrections import DECODE_TIME, CorrectionStore, correction_fn, correction_key
 from koi.planner._strata import stratum_for
-from koi.surrogate import Surrogate
+from koi.surrogate import RankCorrection, Surrogate
 from koi.types import (
     ActiveDeployment,
     Chain,
@@ -62,8 +62,8 @@ def _planner() -> Planner:
 
 
 def _learned(slow: Job = SLOW, fast: Job = FAST) -> Planner:
-    """A planner that ran both jobs and saw one steady window of each: TPOT 3x the prior's
-    for ``slow``, as predicted for ``fast``."""
+    """A planner that ran both jobs and saw one steady window of each: the TPOT the prior
+    predicts with a 3x slower decode step for ``slow``, as predicted for ``fast``."""
     planner = _planner()
     ladders = {
         j.id: Ladder((Rank(Chain(j.model, ENV, Config(quant=Quant.FP8)), 1),)) for j in (slow, fast)
@@ -75,7 +75,11 @@ def _learned(slow: Job = SLOW, fast: Job = FAST) -> Planner:
     obs = []
     for job, slower in ((slow, 3.0), (fast, 1.0)):
         (rp,) = surrogate.screen(job, ladders[job.id], now_s=300.0).ranks
-        outcomes = attrs.evolve(rp.outcomes, p99_tpot_ms=slower * rp.outcomes.p99_tpot_ms)
+        step = RankCorrection(decode_time=slower)
+        (at,) = surrogate.screen(
+            job, ladders[job.id], now_s=300.0, corrections=lambda _c, s=step: s
+        ).ranks
+        outcomes = attrs.evolve(rp.outcomes, p99_tpot_ms=at.outcomes.p99_tpot_ms)
         requests = int(4.0 * 300.0)
         obs.append(
             Observation(

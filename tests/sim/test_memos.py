@@ -26,7 +26,7 @@ def _env(gpu: str, gpi: int, instance: str) -> Environment:
 def _feasible_chain(world: World, job: Job) -> Chain:
     for pool in world.pools():
         chain = Chain(job.model, pool.environment, Config(tp=1))
-        if world._feasibility(chain).ok and world._true_capacity(chain, job.workload) > 0:
+        if world._feasibility(chain).ok and world.true_capacity(chain, job.workload) > 0:
             return chain
     raise AssertionError("no feasible single-GPU chain")
 
@@ -46,7 +46,7 @@ def test_reference_cost_keys_capacities_on_the_workload() -> None:
     def ref(jobs: list[Job]) -> float:
         duration = world.scenario.duration_s
         return reference_cost_per_token(
-            jobs, pools, world.gpus, world.models, world._true_capacity, duration_s=duration
+            jobs, pools, world.gpus, world.models, world.true_capacity, duration_s=duration
         )
 
     one, two = ref([job]), ref([other])
@@ -59,11 +59,11 @@ def test_a_memoised_capacity_follows_driver_updates() -> None:
     world = build_world("hetero-3h", seed=0)
     job = next(j for j in world.scenario.jobs if j.is_online)
     chain = _feasible_chain(world, job)
-    before = world._true_capacity(chain, job.workload)
+    before = world.true_capacity(chain, job.workload)
     gpu = chain.environment.gpu
     world._truth.driver_update(gpu, np.random.default_rng(0), speed=0.5)
     world._generation[gpu] += 1  # what the world's driver-update event does
-    after = world._true_capacity(chain, job.workload)
+    after = world.true_capacity(chain, job.workload)
     assert after == world._capacity_of(chain, job.workload)
     assert after == pytest.approx(before / 2, rel=0.01)
 

@@ -5,8 +5,9 @@ the job on the chain: the factor in force when the prediction was made times
 ``observed / predicted``.  The correction is the median of the implied factors since the last
 reset, so it converges in a tick or two, shrugs off outliers, and does not feed back on
 itself.  The decode step time is corrected from TPOT (it generalises across replica counts and
-batch sizes, because the surrogate re-derives queueing from it); p99 TTFT, which mixes prefill
-with queueing, and the mediators are corrected directly.  CUSUM divergence resets a variable
+batch sizes, because the surrogate re-derives queueing from it): its factor is the one under
+which the surrogate predicts the TPOT measured (:func:`solved_decode`); p99 TTFT, which mixes
+prefill with queueing, and the mediators are corrected directly.  CUSUM divergence resets a variable
 so that stale evidence does not linger after the world changed.
 
 This module is the one home of residual corrections: the store (S3 records into it), the
@@ -443,11 +444,14 @@ def correction_samples(
     settled: bool = True,
     capacity_of: CapacityOf | None = None,
     tpot_of: TpotOf | None = None,
+    tpot_at: TpotOf | None = None,
     max_factor: float = math.inf,
 ) -> list[tuple[str, str, float, float, float]]:
     """Implied correction samples from one observation (see the module docstring).
 
-    Variables the observation did not measure give no sample.  A window out of steady state
+    Variables the observation did not measure give no sample.  A steady window's decode step
+    factor is the one under which ``tpot_at`` (the rank's p99 TPOT at the window's traffic)
+    predicts the TPOT measured (:func:`solved_decode`).  A window out of steady state
     (:mod:`koi.planner._regime`) gives only the step samples of an overloaded, ``settled``
     rank's capacity (:func:`capacity_samples`, which ``capacity_of``, ``tpot_of`` and
     ``max_factor`` are passed to)."""
@@ -468,7 +472,8 @@ def correction_samples(
     samples = []
     tpot_pred = rp.outcomes.p99_tpot_ms
     if (tpot := observed_value(o, Outcome.TPOT.value, tpot_pred)) is not None:
-        samples.append((skey, DECODE_TIME, in_force.decode_time, tpot, tpot_pred))
+        decode = solved_decode(in_force, tpot, tpot_pred, tpot_at, max_factor)
+        samples.append((skey, DECODE_TIME, 1.0, decode, 1.0))
     # p99 TTFT mixes prefill with queueing behind decode steps, so no single step-time factor
     # explains it; it gets a direct outcome factor (the prediction scales with it exactly).
     ttft_pred = rp.outcomes.p99_ttft_ms
@@ -479,6 +484,63 @@ def correction_samples(
         if (obs := observed_value(o, m.value, pred)) is not None:
             samples.append((skey, m.value, in_force.mediator(m), obs, pred))
     return samples
+
+
+#: Log-space tolerance and evaluation budget of :func:`solved_decode`: well inside the 2 %
+#: quantum corrections are rounded to, in the few screens a tick can spend per rank.
+_SOLVE_TOL = 0.01
+_SOLVE_STEPS = 5
+_MIN_SLOPE = 0.25  # a flatter secant (noise, a capped prediction) would jump too far
+
+
+def solved_decode(
+    in_force: RankCorrection,
+    observed: float,
+    predicted: float,
+    tpot_at: TpotOf | None,
+    max_factor: float = math.inf,
+) -> float:
+    """The decode step factor under which the rank's predicted p99 TPOT is ``observed``.
+
+    TPOT is not proportional to the decode step: a slower step holds more sequences in the
+    batch, which slows the step again, so near saturation the prediction grows with the
+    step's square or faster.  The proportional update ``in_force · observed / predicted``
+    then overshoots and flips: on hetero-3h a Qwen3-30B-A3B rank measured at 13 ms went from
+    factor 5.7 (predicted 76 ms) to 0.97, and the planner cut the job to an eighth of its
+    replicas.  This solves ``log tpot_at(f) = log observed`` for ``f`` by secant steps in
+    log space, kept inside a bracket once one is known (bisection when a step leaves it),
+    starting from the factor in force and its prediction.  Without ``tpot_at``, or when the
+    prediction does not move with the step, the proportional update is the answer."""
+    f0 = in_force.decode_time
+    linear = f0 * observed / predicted if 0.0 < predicted < math.inf else math.nan
+    if tpot_at is None or not (0.0 < observed < math.inf and 0.0 < predicted < math.inf):
+        return linear
+    target = math.log(observed)
+    bound = math.log(max_factor)
+    x, g = math.log(f0), math.log(predicted) - target
+    slope = 1.0  # d log TPOT / d log f: proportional until two points measure it
+    below, above = -math.inf, math.inf  # log factors known to predict too little / too much
+    best = (abs(g), x)
+    for _ in range(_SOLVE_STEPS):
+        if abs(g) <= _SOLVE_TOL:
+            break
+        if g < 0:
+            below = max(below, x)
+        else:
+            above = min(above, x)
+        nxt = min(bound, max(-bound, x - g / slope))
+        if not below < nxt < above and math.isfinite(below + above):
+            nxt = 0.5 * (below + above)
+        if nxt == x:  # pinned at the factor's bound
+            break
+        tpot = tpot_at(attrs.evolve(in_force, decode_time=math.exp(nxt)))
+        # No prediction (past saturation, infeasible) reads as far too slow.
+        g_nxt = math.log(tpot) - target if tpot is not None and 0.0 < tpot < math.inf else 1.0
+        if g_nxt != g:
+            slope = max((g_nxt - g) / (nxt - x), _MIN_SLOPE)
+        x, g = nxt, g_nxt
+        best = min(best, (abs(g), x))
+    return math.exp(best[1])
 
 
 #: One replica's predicted capacity of the observed chain under a given correction.

@@ -222,7 +222,10 @@ def compare(
                 return surrogate.capacity(job, chain, corrections=lambda _c: c)
 
             def tpot_of(c: RankCorrection, o: Observation = o, job: Job = job) -> float | None:
-                return _rank_tpot(surrogate, job, o, c)
+                return _rank_tpot(surrogate, job, o, c, served=True)
+
+            def tpot_at(c: RankCorrection, o: Observation = o, job: Job = job) -> float | None:
+                return _rank_tpot(surrogate, job, o, c, served=False)
 
             mine = correction_samples(
                 skey,
@@ -233,6 +236,7 @@ def compare(
                 settled=settled,
                 capacity_of=capacity_of,
                 tpot_of=tpot_of,
+                tpot_at=tpot_at,
                 max_factor=cfg.corrections.max_factor,
             )
             samples.extend(mine)
@@ -387,11 +391,15 @@ def _predict_observed(
     return {rp.rank.chain: rp for rp in pred.ranks}
 
 
-def _rank_tpot(surrogate: Surrogate, job: Job, o: Observation, c: RankCorrection) -> float | None:
-    """p99 TPOT of ``o``'s rank alone at the rate its overloaded window served (what it
-    completed: arrivals beyond it only queued), under ``c``."""
+def _rank_tpot(
+    surrogate: Surrogate, job: Job, o: Observation, c: RankCorrection, *, served: bool
+) -> float | None:
+    """p99 TPOT of ``o``'s rank alone under ``c``, at the rate its window offered it, or with
+    ``served`` at the rate it served (an overloaded window: arrivals beyond what it completed
+    only queued)."""
     if job.is_online:
-        rate = min(o.requests, o.completed) / max(o.end_s - o.start_s, 1e-9)
+        done = min(o.requests, o.completed) if served else o.requests
+        rate = done / max(o.end_s - o.start_s, 1e-9)
         job = attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=max(rate, 1e-6)))
     ladder = Ladder((Rank(o.chain, max(o.replicas_up, 1)),))
     pred = surrogate.screen(job, ladder, now_s=o.start_s, corrections=lambda _c: c)

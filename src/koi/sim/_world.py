@@ -148,7 +148,7 @@ class World(Serving):
             pools,
             self.gpus,
             self.models,
-            self._true_capacity,
+            self.true_capacity,
             duration_s=scenario.duration_s,
         )
 
@@ -161,9 +161,10 @@ class World(Serving):
 
     # -- truth plumbing ---------------------------------------------------------------------
 
-    def _true_capacity(self, chain: Chain, workload: WorkloadProfile) -> float:
+    def true_capacity(self, chain: Chain, workload: WorkloadProfile) -> float:
         """Saturated output tokens/s of one replica of ``chain`` under the truth (0 if it
-        cannot start).
+        cannot start): what the world routes by, and what reference planners and diagnostics
+        (``benchmarks/capacity_bound.py``) may read; never given to a planner under test.
 
         Memoised per chain, GPU generation (driver updates change the truth) and the two
         workload means :func:`replica_capacity` reads: jobs of one model with different rates
