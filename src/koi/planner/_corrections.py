@@ -509,12 +509,12 @@ def solved_decode(
     factor 5.7 (predicted 76 ms) to 0.97, and the planner cut the job to an eighth of its
     replicas.  This solves ``log tpot_at(f) = log observed`` for ``f`` by secant steps in
     log space, kept inside a bracket once one is known (bisection when a step leaves it),
-    starting from the factor in force and its prediction.  Without ``tpot_at``, or when the
-    prediction does not move with the step, the proportional update is the answer."""
+    starting from the factor in force and its prediction.  Without ``tpot_at`` the
+    proportional update is the answer (NaN, which records nothing, for an unusable
+    prediction)."""
     f0 = in_force.decode_time
-    linear = f0 * observed / predicted if 0.0 < predicted < math.inf else math.nan
     if tpot_at is None or not (0.0 < observed < math.inf and 0.0 < predicted < math.inf):
-        return linear
+        return f0 * observed / predicted if 0.0 < predicted < math.inf else math.nan
     target = math.log(observed)
     bound = math.log(max_factor)
     x, g = math.log(f0), math.log(predicted) - target
