@@ -97,7 +97,9 @@ class CorrectionConfig:
     A window whose completed requests fell short of its arrivals by more than
     ``backlog_tolerance`` (relative) was overloaded: its latencies measure how long the backlog
     has been growing, not the step time, so they correct nothing and stay out of the risk band;
-    its throughput is the rank's capacity and corrects the decode step instead.  A window that
+    its throughput is the rank's capacity and corrects the decode step instead, by at most
+    ``overload_step`` times the factor in force per window (a backlog crowds the batch with
+    prompts still in prefill, so the throughput understates the capacity).  A window that
     drained a backlog (completions above arrivals by as much) or carried one (its queue held
     more than that share of its arrivals) is left out of latency learning too
     (``koi.planner._regime``)."""
@@ -109,6 +111,7 @@ class CorrectionConfig:
     recalibration: float = attrs.field(default=0.1, validator=positive)
     hysteresis: float = attrs.field(default=0.05, validator=positive)
     backlog_tolerance: float = attrs.field(default=0.15, validator=positive)
+    overload_step: float = attrs.field(default=3.0, validator=positive)
 
 
 @attrs.frozen

@@ -120,16 +120,21 @@ def test_each_job_keeps_its_own_correction_on_a_shared_chain() -> None:
     assert planner.state.corrections.has_job_keys("slow")
 
 
-def test_a_chain_without_evidence_gets_its_stratum() -> None:
+def test_a_chain_without_evidence_gets_its_model_on_the_gpu_type_then_its_stratum() -> None:
     planner = _learned()
-    # Tensor parallelism 2 of the slow model: no evidence of its own, the stratum's median
-    # of the two chains' factors (3 and 1).
+    # Tensor parallelism 2 of the slow model: no evidence of its own; its model's chain at TP 1
+    # on the same GPU type measured it 3x slower, and that is the first guess, not the
+    # stratum's median of the two models' factors (3 and 1).
     untried = attrs.evolve(LADDERS[SLOW.id].ranks[0].chain, config=Config(tp=2, quant=Quant.FP8))
     skey = stratum_for(untried, CATALOG.models[SLOW.model], planner.config).key
     assert correction_key(untried, skey) not in {
         e.stratum for e in planner.state.corrections.entries
     }
-    assert _decode(planner, SLOW, untried) == pytest.approx(2.0, rel=0.03)
+    assert _decode(planner, SLOW, untried) == pytest.approx(3.0, rel=0.03)
+    # A model of the stratum that never ran on it gets the stratum's median.
+    stranger = Chain("Llama-3.2-1B", ENV, Config(tp=1, quant=Quant.FP8))
+    assert stratum_for(stranger, CATALOG.models["Llama-3.2-1B"], planner.config).key == skey
+    assert _decode(planner, SLOW, stranger) == pytest.approx(2.0, rel=0.03)
 
 
 def test_without_the_causal_graph_evidence_stays_pooled() -> None:
@@ -160,9 +165,14 @@ def test_a_chain_with_evidence_of_its_own_takes_nothing_from_its_stratum() -> No
     )
     assert fn(slow_chain).decode_time == pytest.approx(4.0, rel=0.03)
     assert fn(slow_chain).outcome(Outcome.TTFT) == 1.0
-    # A chain with no evidence of its own takes the stratum's, both factors together.
+    # A chain with no evidence of its own takes its model's other chain on the GPU type, or
+    # (for a model without one) the stratum's, both factors together either way.
     untried = attrs.evolve(slow_chain, config=Config(tp=2, quant=Quant.FP8))
-    assert fn(untried).outcome(Outcome.TTFT) == pytest.approx(0.2, rel=0.03)
+    assert fn(untried).decode_time == pytest.approx(4.0, rel=0.03)
+    assert fn(untried).outcome(Outcome.TTFT) == 1.0
+    stranger = Chain("Llama-3.2-1B", ENV, Config(tp=1, quant=Quant.FP8))
+    assert fn(stranger).decode_time == pytest.approx(4.0, rel=0.03)
+    assert fn(stranger).outcome(Outcome.TTFT) == pytest.approx(0.2, rel=0.03)
 
 
 def test_a_model_that_ran_slow_elsewhere_starts_slow_on_an_untried_gpu_type() -> None:

@@ -98,16 +98,17 @@ def _after_window(
     since_s: float = 0.0,
     cfg: KoiConfig | None = None,
     job: Job = JOB,
+    served: float = 0.4,
 ) -> tuple[Planner, TickResult, Ladder]:
     """Place the job, let it run from ``since_s``, then report the window [300, 600) in
-    which its ranks served 40 % of the prior's capacity with a 60 s p99 TTFT."""
+    which its ranks served ``served`` (40 %) of the prior's capacity with a 60 s p99 TTFT."""
     planner = _planner(cfg)
     # Launched (no launcher plugin: the plan is what runs), so the ledger holds its prediction.
     placed = planner.tick(ClusterSnapshot(0.0, [job], POOLS, []))
     ladder = placed.plan.action(job.id).ladder
     assert not ladder.is_empty
     obs = _observations(
-        ladder, start_s=300.0, served=0.4, completed=completed, ttft_ms=60_000.0, job=job
+        ladder, start_s=300.0, served=served, completed=completed, ttft_ms=60_000.0, job=job
     )
     running = ClusterSnapshot(600.0, [job], POOLS, [ActiveDeployment(job.id, ladder, since_s)])
     if since_s >= 300.0:  # the ladder was (re)committed at the window's start
@@ -156,6 +157,22 @@ def test_an_overloaded_window_corrects_the_step_from_its_capacity_not_its_latenc
     residuals = planner.state.residuals
     assert not any(v == Outcome.TTFT.value for _, v in residuals.keys())  # noqa: SIM118
     assert any(v == Outcome.THROUGHPUT.value for _, v in residuals.keys())  # noqa: SIM118
+
+
+def test_one_overloaded_window_moves_the_step_by_at_most_the_overload_step() -> None:
+    # A rank that served a tenth of its predicted capacity: backlogged prompts crowd the batch
+    # (hetero-3h's rag-qwen32b served 317 of a predicted 11,601 tok/s after its launch and read
+    # as a 20x slower decode step, where the truth's is 1.5x), so one window moves the factor
+    # by at most ``overload_step``; the next overloaded window moves it again.
+    planner, _, ladder = _after_window(served=0.1)
+    key, cc = _stratum(planner, ladder), planner.config.corrections
+    assert cc.overload_step == 3.0
+    assert planner.state.corrections.factor(key, DECODE_TIME, cc) == pytest.approx(3.0, rel=0.02)
+    cfg = KoiConfig()
+    unbounded = attrs.evolve(cfg, corrections=attrs.evolve(cfg.corrections, overload_step=100.0))
+    planner, _, ladder = _after_window(served=0.1, cfg=unbounded)
+    factor = planner.state.corrections.factor(key, DECODE_TIME, cc)
+    assert factor == pytest.approx(10.0, rel=0.02)
 
 
 def test_the_overloaded_job_is_scaled_up_within_c3() -> None:

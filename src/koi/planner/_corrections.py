@@ -214,7 +214,8 @@ def correction_fn(
 
     The job's own corrections on the chain (:func:`job_key`) once it has any step correction
     there, else the chain's (its model and tensor parallelism in its stratum,
-    :func:`correction_key`) once it has any, else its stratum's.
+    :func:`correction_key`) once it has any, else the median of its model's other chains in
+    the stratum (the same GPU type at other tensor parallelism), else its stratum's.
     Where the stratum has none either, its model's on other GPU types with the same engine
     (median; docs/planner.md).  What is still without evidence is borrowed through admitted
     mechanisms (DESIGN §4.5.1): every mechanism whose belief has reached
@@ -250,15 +251,22 @@ def correction_fn(
             return RankCorrection()
         skey = stratum_for(chain, spec, cfg).key
         key = correction_key(chain, skey)
-        # The job's own evidence on the chain, else the chain's, else its stratum's, else its
-        # model's elsewhere, each as a whole: the TTFT factor is relative to the decode step in
-        # force when it was learned.
+        # The job's own evidence on the chain, else the chain's, else its model's at other TP
+        # on the GPU type, else its stratum's, else its model's elsewhere, each as a whole: the
+        # TTFT factor is relative to the decode step in force when it was learned.
         own = job_key(key, job.id)
         if own != key and store.has_evidence(own, cc):
             key = own
         sources = [key] if store.has_evidence(key, cc) else [skey]
-        if sources[0] != key and not store.has_evidence(skey, cc):
-            sources = store.chains_of(skey.split("|")[-1], chain.model, cc) or sources
+        if sources[0] != key:
+            engine = skey.split("|")[-1]
+            siblings = [
+                k for k in store.chains_of(engine, chain.model, cc) if _stratum_part(k) == skey
+            ]
+            if siblings:
+                sources = siblings
+            elif not store.has_evidence(skey, cc):
+                sources = store.chains_of(engine, chain.model, cc) or sources
 
         def learned(variable: str) -> float | None:
             found = [f for s in sources if (f := store.factor(s, variable, cc)) is not None]
@@ -446,6 +454,7 @@ def correction_samples(
     tpot_of: TpotOf | None = None,
     tpot_at: TpotOf | None = None,
     max_factor: float = math.inf,
+    overload_step: float = math.inf,
 ) -> list[tuple[str, str, float, float, float]]:
     """Implied correction samples from one observation (see the module docstring).
 
@@ -468,6 +477,7 @@ def correction_samples(
             capacity_of=capacity_of,
             tpot_of=tpot_of,
             max_factor=max_factor,
+            overload_step=overload_step,
         )
     samples = []
     tpot_pred = rp.outcomes.p99_tpot_ms
@@ -560,6 +570,7 @@ def capacity_samples(
     capacity_of: CapacityOf | None = None,
     tpot_of: TpotOf | None = None,
     max_factor: float = math.inf,
+    overload_step: float = math.inf,
 ) -> list[tuple[str, str, float, float, float]]:
     """The step samples of an overloaded window that served ``served`` of a predicted
     ``capacity``: which phase the observations show slow decides which step is corrected.
@@ -579,11 +590,15 @@ def capacity_samples(
     the corrected prediction agrees with both measurements.  Learned from capacity alone,
     Mistral-Small's decode step was 4-5x too slow, every ladder was predicted past its TPOT
     bound and C3 rejected them all.
+
+    ``short`` (predicted capacity / served) is capped at ``overload_step``: a backlogged
+    rank's throughput is a lower bound on its capacity (queued prompts crowd its batch), so
+    one window moves a step at most that much, and a rank still overloaded moves it again.
     """
-    decode_sample = (skey, DECODE_TIME, in_force.decode_time, capacity, served)
+    short = min(capacity / served, overload_step)
+    decode_sample = (skey, DECODE_TIME, in_force.decode_time, short, 1.0)
     tpot_pred = rp.outcomes.p99_tpot_ms
     tpot = observed_value(o, Outcome.TPOT.value, tpot_pred)
-    short = capacity / served
     if capacity_of is None or tpot is None:
         return [decode_sample]
     if not (0.0 < tpot < math.inf and 0.0 < tpot_pred < math.inf) or tpot / tpot_pred >= short:

@@ -238,6 +238,7 @@ def compare(
                 tpot_of=tpot_of,
                 tpot_at=tpot_at,
                 max_factor=cfg.corrections.max_factor,
+                overload_step=cfg.corrections.overload_step,
             )
             samples.extend(mine)
             if ckey != skey:  # and the chain's own (koi.planner._corrections.correction_key)
