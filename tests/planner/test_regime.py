@@ -14,7 +14,13 @@ import pytest
 
 from koi.config import KoiConfig
 from koi.planner import Planner, TickResult
-from koi.planner._corrections import DECODE_TIME, PREFILL_TIME, correction_fn, correction_key
+from koi.planner._corrections import (
+    DECODE_TIME,
+    PREFILL_TIME,
+    capacity_samples,
+    correction_fn,
+    correction_key,
+)
 from koi.planner._regime import Regime, compared_on, window_regime
 from koi.planner._strata import stratum_for
 from koi.surrogate import RankCorrection, Surrogate
@@ -262,6 +268,38 @@ def test_a_capacity_miss_at_the_predicted_tpot_corrects_the_prefill_step() -> No
     assert prior is not None
     assert learned is not None
     assert learned / prior == pytest.approx(0.4, rel=0.15)  # the capacity it served
+
+
+def test_a_prefill_step_is_bounded_by_the_overload_step_too() -> None:
+    """Where capacity barely moves with the prefill step (elasticity 1/4 here), a window that
+    served half its predicted capacity at the predicted TPOT implies a 16x prefill step
+    (Llama-3.1-70B's overloaded windows on hetero-3h taught 17x, which made its 24K-token
+    summaries look hopeless on every GPU type); one window moves it at most ``overload_step``."""
+    ladder = _planner().tick(ClusterSnapshot(0.0, [JOB], POOLS, []), launch=False)
+    ladder = ladder.plan.action(JOB.id).ladder
+    (o,) = _observations(ladder, start_s=0.0, served=0.5, completed=0.5, ttft_ms=1.0)
+    (rp,) = Surrogate(CATALOG.gpus, CATALOG.models).screen(JOB, ladder, now_s=0.0).ranks
+    cap = rp.capacity_tok_s
+
+    def capacity_of(c: RankCorrection) -> float:
+        return cap * c.prefill_time**-0.25
+
+    def implied(step: float) -> dict[str, float]:
+        samples = capacity_samples(
+            "s",
+            o,
+            rp,
+            RankCorrection(),
+            cap,
+            cap / 2,
+            capacity_of=capacity_of,
+            max_factor=20.0,
+            overload_step=step,
+        )
+        return {v: in_force * obs / pred for _, v, in_force, obs, pred in samples}
+
+    assert implied(100.0) == pytest.approx({DECODE_TIME: 1.0, PREFILL_TIME: 16.0})
+    assert implied(3.0) == pytest.approx({DECODE_TIME: 1.0, PREFILL_TIME: 3.0})
 
 
 def test_a_capacity_miss_no_prefill_step_explains_keeps_the_measured_tpot() -> None:

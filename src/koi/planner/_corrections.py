@@ -625,5 +625,7 @@ def capacity_samples(
         # grow faster than its step; a factor learned from that would be optimistic below it).
         tpot_at = min(max(tpot_at, tpot), tpot_pred * short)
         return [decode_sample, (skey, _TPOT, in_force.outcome(Outcome.TPOT), tpot, tpot_at)]
-    implied = rest ** (1.0 / elasticity)
+    # Bounded like the decode step's: where capacity barely moves with the prefill step, a
+    # small shortfall implies a large factor (Llama-3.1-70B's windows taught 17x).
+    implied = min(rest ** (1.0 / elasticity), overload_step)
     return [tpot_sample, (skey, PREFILL_TIME, prefill, implied, 1.0)]
