@@ -102,22 +102,34 @@ class CorrectionStore:
     _chains: Mapping[tuple[str, str], list[str]] = attrs.field(
         init=False, eq=False, hash=False, repr=False
     )
+    _siblings: Mapping[tuple[str, str], list[str]] = attrs.field(
+        init=False, eq=False, hash=False, repr=False
+    )
     _jobs: frozenset[str] = attrs.field(init=False, eq=False, hash=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         index = {(e.stratum, e.variable): e.factors for e in self.entries}
         object.__setattr__(self, "_index", index)
         chains: dict[tuple[str, str], list[str]] = {}  # chain keys by (engine, model)
+        siblings: dict[tuple[str, str], list[str]] = {}  # and by (stratum, model)
         for key in sorted({k for k, _ in index if k.count("|") == _CHAIN_FIELDS - 1}):
             parts = key.split("|")
-            chains.setdefault((parts[_STRATUM_FIELDS - 1], parts[_STRATUM_FIELDS]), []).append(key)
+            model = parts[_STRATUM_FIELDS]
+            chains.setdefault((parts[_STRATUM_FIELDS - 1], model), []).append(key)
+            siblings.setdefault(("|".join(parts[:_STRATUM_FIELDS]), model), []).append(key)
         object.__setattr__(self, "_chains", chains)
+        object.__setattr__(self, "_siblings", siblings)
         jobs = {k.split("|")[-1] for k, _ in index if k.count("|") == _CHAIN_FIELDS}
         object.__setattr__(self, "_jobs", frozenset(jobs))
 
     def chains_of(self, engine: str, model: str, cfg: CorrectionConfig) -> list[str]:
         """The chain keys of ``model`` on ``engine`` (any GPU type) with evidence, sorted."""
         return [k for k in self._chains.get((engine, model), ()) if self.has_evidence(k, cfg)]
+
+    def siblings_of(self, stratum: str, model: str, cfg: CorrectionConfig) -> list[str]:
+        """The chain keys of ``model`` in ``stratum`` (its GPU type, any tensor parallelism)
+        with evidence, sorted."""
+        return [k for k in self._siblings.get((stratum, model), ()) if self.has_evidence(k, cfg)]
 
     def has_job_keys(self, job_id: str) -> bool:
         """Has ``job_id`` recorded evidence of its own on any chain (:func:`job_key`)?"""
@@ -259,14 +271,11 @@ def correction_fn(
             key = own
         sources = [key] if store.has_evidence(key, cc) else [skey]
         if sources[0] != key:
-            engine = skey.split("|")[-1]
-            siblings = [
-                k for k in store.chains_of(engine, chain.model, cc) if _stratum_part(k) == skey
-            ]
+            siblings = store.siblings_of(skey, chain.model, cc)
             if siblings:
                 sources = siblings
             elif not store.has_evidence(skey, cc):
-                sources = store.chains_of(engine, chain.model, cc) or sources
+                sources = store.chains_of(skey.split("|")[-1], chain.model, cc) or sources
 
         def learned(variable: str) -> float | None:
             found = [f for s in sources if (f := store.factor(s, variable, cc)) is not None]
