@@ -245,16 +245,34 @@ def test_refuse_policy_defers_a_hopeless_job() -> None:
     assert "refused" in risk.detail
 
 
-def test_c3_never_takes_capacity_from_a_job_within_its_target_for_a_hopeless_one() -> None:
-    # The same full fleet as above; the newcomer outranks "old", which could give up seven
-    # GPUs within its own target — but the newcomer is hopeless, so it gets none of them.
+def test_room_for_a_hopeless_job_only_to_carry_all_of_its_traffic() -> None:
+    # The same full fleet as above; "old" could give up seven GPUs within its own target.
+    # A hopeless newcomer (no ladder anywhere answers in 1 ms) is not simply refused — that
+    # is an outage — but gets room only for a ladder that carries all of its traffic, and
+    # only what the donor can give up within its target.
     snapshot = _full_fleet(_online("new", priority=1, ttft_ms=1.0))
     result = _planner().tick(snapshot, launch=False)
-    assert result.plan.action("new").kind is ActionKind.DEFER
-    assert _risk(result, "new") is Verdict.HOPELESS
-    assert "for new" not in result.plan.action("old").reason
-    # Best-effort candidates were offered and lost only to the free-capacity rule: on an
-    # empty pool the same job is served.
+    new = result.plan.action("new")
+    assert new.kind is ActionKind.PLACE
+    assert "room made: old" in new.reason
+    chosen = next(c for c in result.candidates_for("new") if c.chosen)
+    assert "best-effort" in chosen.sources
+    donor = next(c for c in result.candidates_for("old") if c.chosen)
+    assert donor.breach_probability <= 0.3  # the donor stays within its own target
+    risk = next(r for r in result.at_risk if r.job_id == "new")
+    assert risk.verdict is Verdict.HOPELESS
+    assert "served best effort" in risk.detail
+    # Traffic nothing on the free GPUs plus the donor's spare carries: no room is taken
+    # (C3 does not shrink a job within its target for a smaller breach).
+    flood = _full_fleet(_online("new", priority=1, ttft_ms=1.0, rate_rps=400.0))
+    flooded = _planner().tick(flood, launch=False)
+    assert flooded.plan.action("new").kind is ActionKind.DEFER
+    assert "for new" not in flooded.plan.action("old").reason
+    # Without making room best effort uses only GPUs nobody holds: the newcomer waits.
+    blocked = _planner(make_room=False).tick(snapshot, launch=False)
+    assert blocked.plan.action("new").kind is ActionKind.DEFER
+    assert "for new" not in blocked.plan.action("old").reason
+    # On an empty pool the same job is served.
     spare = ClusterSnapshot(600.0, [_online("new", ttft_ms=1.0)], [Pool(ENV, 8)], [])
     assert _planner().tick(spare, launch=False).plan.action("new").kind is ActionKind.PLACE
 

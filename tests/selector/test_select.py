@@ -109,6 +109,10 @@ def check(p: SelectionProblem, chosen: Mapping[str, str]) -> list[str]:
     for held in p.held_gpus.values():
         for pool, n in held.items():
             free[pool] -= n
+    for c in pick.values():  # and what the chosen room-freeing candidates give up
+        if c.frees_room:
+            for pool, n in p.held_gpus.get(c.job_id, {}).items():
+                free[pool] += max(n - c.gpus_by_pool.get(pool, 0), 0)
     best_effort: dict[str, int] = {}
     for c in pick.values():
         if c.best_effort:
@@ -197,6 +201,7 @@ def problems(draw: st.DrawFn, max_jobs: int = 4, max_cands: int = 3) -> Selectio
                     covers,
                     changes=active,
                     best_effort=best_effort,
+                    frees_room=active and draw(st.booleans()),
                 )
             )
     return SelectionProblem(
@@ -232,6 +237,41 @@ def test_select_is_feasible_exact_and_beats_greedy(p: SelectionProblem) -> None:
     assert check(p, g.chosen) == []
     assert sel.objective >= g.objective - 1e-9
     assert sel.greedy_objective == pytest.approx(g.objective)
+
+
+def test_best_effort_takes_only_what_a_room_freeing_candidate_gives_up() -> None:
+    # "old" holds all four GPUs and may shrink to one; "new" is served best effort on three.
+    # GPUs an ordinary scale-in gives up stay out of best effort's reach; those a scale-in
+    # offered to make room gives up (the donor within its own target) are free to it.
+    def problem(frees_room: bool) -> SelectionProblem:
+        return SelectionProblem(
+            candidates=(
+                Candidate("old", "keep", "keep", 0.0, {"p0": 4}),
+                Candidate(
+                    "old",
+                    "shrink",
+                    "reconfigure",
+                    -0.1,
+                    {"p0": 1},
+                    changes=True,
+                    transient_gpus_by_pool={"p0": 1},  # a scale-in stops replicas at once
+                    frees_room=frees_room,
+                ),
+                Candidate("new", "defer", "defer", -5.0, {}),
+                Candidate("new", "serve", "place", -1.0, {"p0": 3}, best_effort=True),
+            ),
+            pools=(PoolCapacity("p0", 4),),
+            held_gpus={"old": {"p0": 4}},
+        )
+
+    for frees_room, want in (
+        (False, {"old": "keep", "new": "defer"}),
+        (True, {"old": "shrink", "new": "serve"}),
+    ):
+        p = problem(frees_room)
+        assert dict(select(p, **EXACT).chosen) == want
+        assert check(p, want) == []
+        assert check(p, greedy(p).chosen) == []  # the greedy start need not find the room
 
 
 def test_a_warm_start_highs_does_not_improve_on_is_not_taken_as_optimal() -> None:

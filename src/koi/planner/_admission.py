@@ -26,9 +26,12 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    (:func:`served_fraction`), then the least likely to breach.  Each loses
    ``refusal_margin`` times the share it cannot carry from its value, and so does a running
    job's keep.  Together they may use, beyond what their own jobs hold, only GPUs nobody
-   holds now (the selector's ``free`` rows), so C3 never takes capacity from a job within its
-   target to give a stuck one a smaller breach.  Refusing the job is then worth
-   ``refusal_margin`` less than the worst of them.
+   holds now and what the donors' room-freeing scale-ins give up (the selector's ``free``
+   rows; donors are chosen before best effort is on the table), so C3 never takes capacity
+   from a job within its target to give a stuck one a smaller breach.  A hopeless job that
+   nothing free serves in full is also offered the ladders that carry all of its traffic on
+   free GPUs plus the donors' spare, and the donors their scale-ins.  Refusing the job is then
+   worth ``refusal_margin`` less than the worst of them.
 
 Longer than most modules: the three steps are one decision about the same stuck jobs, on the
 same evaluations and proposal context, and splitting them would pass that state around.
@@ -217,18 +220,26 @@ class _Spare:
         return not at_risk_outcomes(job, ev.prediction.outcomes, margin)
 
     def offer(self, job: Job, current: Ladder, index: int, amounts: Iterable[int]) -> None:
-        """Put the scale-ins of ``amounts`` replicas on the donor's candidate list."""
+        """Put the scale-ins of ``amounts`` replicas on the donor's candidate list, marked as
+        freeing room (what they give up is free to best-effort candidates)."""
         mine = self.candidates[job.id]
         for k in sorted(set(amounts)):
             if _scaled_in(current, index, k).is_empty:
                 continue  # that is its stop, already a candidate
             shrunk = self._evaluate(job, current, index, k)
-            if shrunk.candidate is None or shrunk.report.ladder in mine:
+            if shrunk.candidate is None:
+                continue
+            known = mine.get(shrunk.report.ladder)
+            if known is not None:  # already its candidate: it now also frees room
+                if known.candidate is not None:
+                    freeing = attrs.evolve(known.candidate, frees_room=True)
+                    mine[known.report.ladder] = attrs.evolve(known, candidate=freeing)
                 continue
             for ev in _replayed(job, [shrunk], mine, self.evaluator):
                 src = ev.report.sources if MAKE_ROOM in ev.report.sources else (MAKE_ROOM,)
+                room = None if ev.candidate is None else attrs.evolve(ev.candidate, frees_room=True)
                 mine[ev.report.ladder] = attrs.evolve(
-                    ev, report=attrs.evolve(ev.report, sources=src)
+                    ev, report=attrs.evolve(ev.report, sources=src), candidate=room
                 )
 
 
@@ -258,18 +269,22 @@ def admit(
         mine = candidates[job.id]
         if not stuck(job, mine, tau):
             continue
+        verdict = None
+        donors = _Donors(job, by_id, current, spare)
         if checked < cfg.planner.make_room_jobs and not deadline_passed:
             checked += 1
             verdict = _verdict(job, snapshot, evaluator, generator, cfg)
             verdicts[job.id] = verdict
             if verdict.verdict is Verdict.CAPACITY and cfg.planner.make_room:
-                donors_of[job.id] = _make_room(
-                    job, mine, by_id, current, snapshot, evaluator, generator, spare, cfg
-                )
+                donors_of[job.id] = _make_room(job, mine, donors, evaluator, generator, cfg)
         if job.admission is AdmissionPolicy.SERVE_BEST_EFFORT and (
             job.id not in current or job.is_online
         ):
-            _best_effort(job, mine, snapshot, evaluator, generator, cfg)
+            hopeless = verdict is not None and verdict.verdict is Verdict.HOPELESS
+            room = donors if hopeless and cfg.planner.make_room else None
+            offered = _best_effort(job, mine, evaluator, generator, cfg, room)
+            if offered:
+                donors_of[job.id] = tuple(offered)
     return Admission(verdicts=verdicts, donors=donors_of)
 
 
@@ -325,34 +340,69 @@ def _verdict(
     return AtRisk(job.id, Verdict.HOPELESS, detail)
 
 
+class _Donors:
+    """The running jobs of no higher priority than a stuck job, what they can spare (within
+    their targets), and the offers of their scale-ins that free the GPUs a ladder lacks."""
+
+    def __init__(
+        self, job: Job, jobs: Mapping[str, Job], current: Mapping[str, Ladder], spare: _Spare
+    ):
+        self.current = current
+        self.spare = spare
+        self.jobs = [
+            jobs[jid]
+            for jid in current
+            if jid != job.id and jid in jobs and jobs[jid].priority <= job.priority
+        ]
+
+    def reclaimable(self) -> Counter[str]:
+        """GPUs per pool the donors could give up together."""
+        out: Counter[str] = Counter()
+        for d in self.jobs:
+            ladder = self.current[d.id]
+            for i, k in self.spare.of(d, ladder).items():
+                r = ladder.ranks[i]
+                out[r.chain.environment.id] += k * r.chain.gpus
+        return out
+
+    def offer(self, deficit: Mapping[str, int]) -> list[str]:
+        """Offer the scale-ins that cover ``deficit`` (GPUs per pool), donors in
+        :func:`_donor_order`; the donors offered."""
+        offered: list[str] = []
+        for pool, short in deficit.items():
+            left = short
+            for d in _donor_order(self.jobs, self.current, pool):
+                ladder = self.current[d.id]
+                for i, k in self.spare.of(d, ladder).items():
+                    r = ladder.ranks[i]
+                    if r.chain.environment.id != pool:
+                        continue
+                    need = math.ceil(left / r.chain.gpus)
+                    self.spare.offer(d, ladder, i, (min(k, need), k, 1))
+                    if d.id not in offered:
+                        offered.append(d.id)
+                    left -= min(k, need) * r.chain.gpus
+                if left <= 0:
+                    break
+        return offered
+
+
 def _make_room(
     job: Job,
     mine: dict[Ladder, Evaluated],
-    jobs: Mapping[str, Job],
-    current: Mapping[str, Ladder],
-    snapshot: ClusterSnapshot,
+    donors: _Donors,
     evaluator: Evaluator,
     generator: CandidateGenerator,
-    spare: _Spare,
     cfg: KoiConfig,
 ) -> tuple[str, ...]:
     """Ladders for ``job`` on free GPUs plus what donors can spare, and the donors' scale-ins
     that free the GPUs each of the best ladders needs.  Returns the donors offered."""
-    donors = [
-        jobs[jid]
-        for jid in current
-        if jid != job.id and jid in jobs and jobs[jid].priority <= job.priority
-    ]
-    reclaim: Counter[str] = Counter()
-    for d in donors:
-        ladder = current[d.id]
-        for i, k in spare.of(d, ladder).items():
-            r = ladder.ranks[i]
-            reclaim[r.chain.environment.id] += k * r.chain.gpus
+    reclaim = donors.reclaimable()
     if not reclaim:
         return ()
+    snapshot = evaluator.snapshot
     free = free_gpus(snapshot, except_job=job.id)
-    held = current.get(job.id, Ladder()).gpus_by_pool()
+    held = donors.current.get(job.id, Ladder()).gpus_by_pool()
     room: list[Evaluated] = []
     for ladder in generator.propose(job, _context(job, snapshot, evaluator, cfg, reclaim)):
         ev = mine.get(ladder)
@@ -364,23 +414,47 @@ def _make_room(
     room.sort(key=lambda e: -e.report.value)
     offered: list[str] = []
     best = room[:_ROOM_LADDERS]
-    for ev in _replayed(job, best, mine, evaluator) if job.id in current else best:
-        for pool, short in _deficit(ev.report.ladder, free, held).items():
-            left = short
-            for d in _donor_order(donors, current, pool):
-                ladder = current[d.id]
-                for i, k in spare.of(d, ladder).items():
-                    r = ladder.ranks[i]
-                    if r.chain.environment.id != pool:
-                        continue
-                    need = math.ceil(left / r.chain.gpus)
-                    spare.offer(d, ladder, i, (min(k, need), k, 1))
-                    if d.id not in offered:
-                        offered.append(d.id)
-                    left -= min(k, need) * r.chain.gpus
-                if left <= 0:
-                    break
+    for ev in _replayed(job, best, mine, evaluator) if job.id in donors.current else best:
+        offered += [
+            d for d in donors.offer(_deficit(ev.report.ladder, free, held)) if d not in offered
+        ]
     return tuple(offered)
+
+
+def _effort_room(
+    job: Job,
+    mine: dict[Ladder, Evaluated],
+    donors: _Donors,
+    free: Mapping[str, int],
+    evaluator: Evaluator,
+    generator: CandidateGenerator,
+    cfg: KoiConfig,
+) -> list[tuple[float, Evaluated]]:
+    """A hopeless job's C3-rejected ladders that carry all of its demand on free GPUs plus
+    what donors can spare (within their own targets), the least likely to breach first."""
+    reclaim = donors.reclaimable()
+    if not reclaim:
+        return []
+    snapshot = evaluator.snapshot
+    rnd = cfg.planner.search_rounds - 1
+    out = []
+    for n, ladder in enumerate(
+        generator.propose(job, _context(job, snapshot, evaluator, cfg, reclaim, rnd=rnd))
+    ):
+        ev = mine.get(ladder)
+        if ev is None:
+            ev = evaluator.evaluate(job, ladder, key=f"effort-room{n}", sources=(MAKE_ROOM,))
+            mine[ladder] = ev
+        if (
+            ev.candidate is None
+            and ev.report.rejected.startswith("C3")
+            and _deficit(ladder, free, {})
+        ):
+            served = served_fraction(job, ev, evaluator)
+            if served >= 1.0:
+                out.append((served, ev))
+    out.sort(key=lambda se: (se[1].report.breach_probability, -se[1].report.value))
+    return out[:_ROOM_LADDERS]
 
 
 def _replayed(
@@ -444,18 +518,23 @@ def served_fraction(job: Job, ev: Evaluated, evaluator: Evaluator) -> float:
 def _best_effort(
     job: Job,
     mine: dict[Ladder, Evaluated],
-    snapshot: ClusterSnapshot,
     evaluator: Evaluator,
     generator: CandidateGenerator,
     cfg: KoiConfig,
-) -> None:
+    room: _Donors | None = None,
+) -> list[str]:
     """The job's C3-rejected ladders that fit what is free, as best-effort candidates: those
     predicted to keep up with the job's traffic first, then the least likely to breach.  A
     best-effort candidate's value loses ``refusal_margin`` times the share of the demand it
-    cannot carry, and refusing the job then scores below every one of them."""
+    cannot carry, and refusing the job then scores below every one of them.
+
+    With ``room`` (a hopeless job) and nothing free that carries all of its traffic, ladders
+    that do carry it on what donors can spare join them (:func:`_effort_room`), and the
+    donors' scale-ins are offered; the donors offered are returned."""
     limit = cfg.planner.best_effort_candidates
     if limit == 0:
-        return
+        return []
+    snapshot = evaluator.snapshot
     # Ladders sized for the rate on what is free, with the most headroom the rounds give and
     # on any GPU type: the job's own proposals keep to its budget book, which may hold only
     # types it cannot keep up on.
@@ -473,6 +552,8 @@ def _best_effort(
         and ev.report.rejected.startswith("C3")
         and not _deficit(ev.report.ladder, free, {})
     ]
+    if room is not None and all(served < 1.0 for served, _ in rejected):
+        rejected += _effort_room(job, mine, room, free, evaluator, generator, cfg)
     rejected.sort(key=lambda se: (-se[0], se[1].report.breach_probability, -se[1].report.value))
     keep = mine.get(snapshot.current_ladders.get(job.id, Ladder()))  # a running job's keep
     if keep is not None and (keep.candidate is None or keep.report.kind is not ActionKind.KEEP):
@@ -480,6 +561,7 @@ def _best_effort(
     margin = cfg.planner.refusal_margin
     running = job.id in snapshot.current_ladders  # its keep was replayed (S5)
     picked = []
+    offered: list[str] = []
     for served, ev in effort_picks(rejected, limit, None if keep is None else keep.report):
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
@@ -491,19 +573,23 @@ def _best_effort(
             best = _revalued(best, value)
             mine[r.ladder] = best
             picked.append(best)
+            deficit = _deficit(r.ladder, free, {})
+            if deficit and room is not None:
+                offered += [d for d in room.offer(deficit) if d not in offered]
     if not picked:
-        return
+        return offered
     if keep is not None:
         # A running job's keep is judged like its best-effort options: by the share it carries.
         value = keep.report.value - margin * (1.0 - served_fraction(job, keep, evaluator))
         mine[keep.report.ladder] = _revalued(keep, value)
     defer = mine.get(Ladder())
     if defer is None:
-        return
+        return offered
     worst = min(e.report.value for e in picked)
     value = min(defer.report.value, worst - margin)
     if defer.candidate is not None and value < defer.report.value:
         mine[Ladder()] = _revalued(defer, value)
+    return offered
 
 
 def effort_picks(

@@ -396,8 +396,9 @@ class Evaluator:
         Candidates are screened with the surrogate's closed form; ``replay`` re-predicts with
         the replay engine (the planner does that for each job's short list).  A
         ``best_effort`` candidate is not rejected by C3: it is marked for the selector, which
-        lets best-effort candidates use only the GPUs nobody holds.  ``breach_floor`` is what
-        telemetry already says about the ladder (a batch job late at its current rate: 1).
+        lets best-effort candidates use only the GPUs nobody holds (or donors give up).
+        ``breach_floor`` is what telemetry already says about the ladder (a batch job late at
+        its current rate: 1).
 
         With an :class:`EvaluationMemo`, a candidate evaluated before with the same inputs is
         taken from it, its exploration items recorded as evaluating it would.

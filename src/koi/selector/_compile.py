@@ -36,7 +36,8 @@ class Compiled:
     against lower priorities.  ``best_effort[k]`` marks a best-effort candidate; together they
     use at most ``free`` per pool (the GPUs no job holds now), each counting what it uses beyond
     what its own job holds (``free_pools[k]`` / ``free_amount[k]``: a running job served best
-    effort grows into free GPUs, and its own are not free to anyone else).
+    effort grows into free GPUs, and its own are not free to anyone else), plus what the chosen
+    room-freeing candidates give up (their ``free_amount`` is negative).
     """
 
     job_ids: tuple[str, ...]
@@ -283,8 +284,10 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
                     take_mat,
                     [c.gpus for c in cands],
                     [float(c.changes) for c in cands],
-                    # A best-effort candidate is more constrained: it never prunes another.
+                    # A best-effort candidate is more constrained: it never prunes another;
+                    # and only a room-freeing candidate prunes a room-freeing one.
                     [float(c.best_effort) for c in cands],
+                    [float(not c.frees_room) for c in cands],
                 ]
             )
             fixed = np.array([c.kind in (ActionKind.DEFER, ActionKind.KEEP) for c in cands])
@@ -343,21 +346,22 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
         best_effort=np.array([c.best_effort for c in kept], dtype=bool),
         free=_free(problem, capacity, pool_index),
         free_pools=tuple(np.flatnonzero(r) for r in beyond),
-        free_amount=tuple(r[r > 0] for r in beyond),
+        free_amount=tuple(r[r != 0] for r in beyond),
     )
 
 
 def _beyond_held(
     c: Candidate, row: FloatArray, problem: SelectionProblem, pool_index: dict[str, int]
 ) -> FloatArray:
-    """What best-effort candidate ``c`` takes from the free GPUs: its use beyond what its job
-    holds, per pool (nothing for a candidate that is not best effort)."""
-    if not c.best_effort:
+    """What candidate ``c`` takes from the GPUs free to best effort, per pool: a best-effort
+    candidate its use beyond what its job holds; a room-freeing one minus what it gives up of
+    what its job holds; any other candidate nothing."""
+    if not (c.best_effort or c.frees_room):
         return np.zeros_like(row)
     out = row.copy()
     for pool, n in problem.held_gpus.get(c.job_id, {}).items():
         out[pool_index[pool]] -= n
-    beyond: FloatArray = np.maximum(out, 0.0)
+    beyond: FloatArray = np.maximum(out, 0.0) if c.best_effort else np.minimum(out, 0.0)
     return beyond
 
 

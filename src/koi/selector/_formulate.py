@@ -118,22 +118,25 @@ def formulate(comp: Compiled, classes: tuple[tuple[int, ...], ...] | None = None
     cols.extend(cand_idx.tolist())
     vals.extend(amount.tolist())
 
-    # C3's guarantee: best-effort candidates share only the GPUs nobody holds now.
+    # C3's guarantee: best-effort candidates share only the GPUs nobody holds now, and those
+    # the chosen room-freeing candidates give up (negative amounts).
     if comp.best_effort.any():
         be_pools: dict[int, int] = {}
         for kb in reps:
-            if not comp.best_effort[kb]:
-                continue
+            if comp.best_effort[kb]:
+                for pb in comp.free_pools[kb].tolist():
+                    if pb not in be_pools:
+                        be_pools[pb] = new_row(
+                            f"free[{comp.pool_ids[pb]}]", -np.inf, float(comp.free[pb])
+                        )
+        for kb in reps:
             for pb, nb in zip(
                 comp.free_pools[kb].tolist(), comp.free_amount[kb].tolist(), strict=True
             ):
-                if pb not in be_pools:
-                    be_pools[pb] = new_row(
-                        f"free[{comp.pool_ids[pb]}]", -np.inf, float(comp.free[pb])
-                    )
-                rows.append(be_pools[pb])
-                cols.append(int(cand_col[kb]))
-                vals.append(float(nb))
+                if pb in be_pools:
+                    rows.append(be_pools[pb])
+                    cols.append(int(cand_col[kb]))
+                    vals.append(float(nb))
 
     # C4: swap budget.
     chg = [int(cand_col[k]) for k in reps if comp.changes[k]]

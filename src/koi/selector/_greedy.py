@@ -104,8 +104,7 @@ def greedy_choice(comp: Compiled) -> IntArray | None:
                     continue
                 group_used[g] += d_g
             used = trial
-            if comp.best_effort[k]:
-                be_used[free_k] += comp.free_amount[k]
+            be_used[free_k] += comp.free_amount[k]  # empty unless best effort or freeing room
             swaps += d_swap
             pick = k
             break
@@ -142,9 +141,8 @@ def _usage(comp: Compiled, choice: IntArray) -> tuple[np.ndarray, np.ndarray, in
 
 def _best_effort_usage(comp: Compiled, choice: IntArray) -> np.ndarray:
     used = np.zeros(len(comp.pool_ids))
-    for k in choice:
-        if comp.best_effort[k]:
-            used[comp.free_pools[k]] += comp.free_amount[k]
+    for k in choice:  # only best-effort and room-freeing candidates have free pools
+        used[comp.free_pools[k]] += comp.free_amount[k]
     return used
 
 

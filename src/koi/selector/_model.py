@@ -83,7 +83,9 @@ class Candidate:
     against the swap budget (C4). ``covers`` lists the exploration items it exercises.
     ``best_effort`` marks a candidate that serves a job past C3's risk bound because nothing
     meets it: such candidates together use only GPUs no job holds now, so a job within its
-    target never gives up capacity for one.
+    target never gives up capacity for one — except what a candidate marked ``frees_room``
+    gives up (a donor's scale-in that keeps it within its target, offered to make room):
+    those GPUs count as free to best-effort candidates when it is chosen.
     """
 
     job_id: str
@@ -97,6 +99,7 @@ class Candidate:
         default=None, converter=_opt_int_map
     )
     best_effort: bool = False
+    frees_room: bool = False
 
     @property
     def gpus(self) -> int:
