@@ -276,15 +276,16 @@ def admit(
             verdict = _verdict(job, snapshot, evaluator, generator, cfg)
             verdicts[job.id] = verdict
             if verdict.verdict is Verdict.CAPACITY and cfg.planner.make_room:
-                donors_of[job.id] = _make_room(job, mine, donors, evaluator, generator, cfg)
+                _make_room(job, mine, donors, evaluator, generator, cfg)
+                donors_of[job.id] = tuple(donors.offered)
         if job.admission is AdmissionPolicy.SERVE_BEST_EFFORT and (
             job.id not in current or job.is_online
         ):
             hopeless = verdict is not None and verdict.verdict is Verdict.HOPELESS
             room = donors if hopeless and cfg.planner.make_room else None
-            offered = _best_effort(job, mine, evaluator, generator, cfg, room)
-            if offered:
-                donors_of[job.id] = tuple(offered)
+            _best_effort(job, mine, evaluator, generator, cfg, room)
+            if donors.offered:
+                donors_of[job.id] = tuple(donors.offered)
     return Admission(verdicts=verdicts, donors=donors_of)
 
 
@@ -354,6 +355,7 @@ class _Donors:
             for jid in current
             if jid != job.id and jid in jobs and jobs[jid].priority <= job.priority
         ]
+        self.offered: list[str] = []  # the donors offered so far, in order
 
     def reclaimable(self) -> Counter[str]:
         """GPUs per pool the donors could give up together."""
@@ -365,10 +367,9 @@ class _Donors:
                 out[r.chain.environment.id] += k * r.chain.gpus
         return out
 
-    def offer(self, deficit: Mapping[str, int]) -> list[str]:
+    def offer(self, deficit: Mapping[str, int]) -> None:
         """Offer the scale-ins that cover ``deficit`` (GPUs per pool), donors in
-        :func:`_donor_order`; the donors offered."""
-        offered: list[str] = []
+        :func:`_donor_order`."""
         for pool, short in deficit.items():
             left = short
             for d in _donor_order(self.jobs, self.current, pool):
@@ -379,12 +380,37 @@ class _Donors:
                         continue
                     need = math.ceil(left / r.chain.gpus)
                     self.spare.offer(d, ladder, i, (min(k, need), k, 1))
-                    if d.id not in offered:
-                        offered.append(d.id)
+                    if d.id not in self.offered:
+                        self.offered.append(d.id)
                     left -= min(k, need) * r.chain.gpus
                 if left <= 0:
                     break
-        return offered
+
+
+def _room_ladders(
+    job: Job,
+    mine: dict[Ladder, Evaluated],
+    donors: _Donors,
+    evaluator: Evaluator,
+    generator: CandidateGenerator,
+    cfg: KoiConfig,
+    *,
+    rnd: int = 0,
+) -> list[Evaluated]:
+    """``job``'s ladders on free GPUs plus what the donors can spare (proposal round
+    ``rnd``), evaluated and kept in ``mine``; none when the donors can spare nothing."""
+    reclaim = donors.reclaimable()
+    if not reclaim:
+        return []
+    context = _context(job, evaluator.snapshot, evaluator, cfg, reclaim, rnd=rnd)
+    out = []
+    for ladder in generator.propose(job, context):
+        ev = mine.get(ladder)
+        if ev is None:
+            ev = evaluator.evaluate(job, ladder, key=f"room{len(mine)}", sources=(MAKE_ROOM,))
+            mine[ladder] = ev
+        out.append(ev)
+    return out
 
 
 def _make_room(
@@ -394,31 +420,20 @@ def _make_room(
     evaluator: Evaluator,
     generator: CandidateGenerator,
     cfg: KoiConfig,
-) -> tuple[str, ...]:
+) -> None:
     """Ladders for ``job`` on free GPUs plus what donors can spare, and the donors' scale-ins
-    that free the GPUs each of the best ladders needs.  Returns the donors offered."""
-    reclaim = donors.reclaimable()
-    if not reclaim:
-        return ()
-    snapshot = evaluator.snapshot
-    free = free_gpus(snapshot, except_job=job.id)
+    that free the GPUs each of the best ladders needs."""
+    free = free_gpus(evaluator.snapshot, except_job=job.id)
     held = donors.current.get(job.id, Ladder()).gpus_by_pool()
-    room: list[Evaluated] = []
-    for ladder in generator.propose(job, _context(job, snapshot, evaluator, cfg, reclaim)):
-        ev = mine.get(ladder)
-        if ev is None:
-            ev = evaluator.evaluate(job, ladder, key=f"room{len(mine)}", sources=(MAKE_ROOM,))
-            mine[ladder] = ev
-        if ev.candidate is not None and _deficit(ladder, free, held):
-            room.append(ev)
+    room = [
+        ev
+        for ev in _room_ladders(job, mine, donors, evaluator, generator, cfg)
+        if ev.candidate is not None and _deficit(ev.report.ladder, free, held)
+    ]
     room.sort(key=lambda e: -e.report.value)
-    offered: list[str] = []
     best = room[:_ROOM_LADDERS]
     for ev in _replayed(job, best, mine, evaluator) if job.id in donors.current else best:
-        offered += [
-            d for d in donors.offer(_deficit(ev.report.ladder, free, held)) if d not in offered
-        ]
-    return tuple(offered)
+        donors.offer(_deficit(ev.report.ladder, free, held))
 
 
 def _effort_room(
@@ -432,27 +447,15 @@ def _effort_room(
 ) -> list[tuple[float, Evaluated]]:
     """A hopeless job's C3-rejected ladders that carry all of its demand on free GPUs plus
     what donors can spare (within their own targets), the least likely to breach first."""
-    reclaim = donors.reclaimable()
-    if not reclaim:
-        return []
-    snapshot = evaluator.snapshot
-    rnd = cfg.planner.search_rounds - 1
-    out = []
-    for n, ladder in enumerate(
-        generator.propose(job, _context(job, snapshot, evaluator, cfg, reclaim, rnd=rnd))
-    ):
-        ev = mine.get(ladder)
-        if ev is None:
-            ev = evaluator.evaluate(job, ladder, key=f"effort-room{n}", sources=(MAKE_ROOM,))
-            mine[ladder] = ev
-        if (
-            ev.candidate is None
-            and ev.report.rejected.startswith("C3")
-            and _deficit(ladder, free, {})
-        ):
-            served = served_fraction(job, ev, evaluator)
-            if served >= 1.0:
-                out.append((served, ev))
+    rnd = cfg.planner.search_rounds - 1  # the most headroom, as best effort's own proposals
+    out = [
+        (served, ev)
+        for ev in _room_ladders(job, mine, donors, evaluator, generator, cfg, rnd=rnd)
+        if ev.candidate is None
+        and ev.report.rejected.startswith("C3")
+        and _deficit(ev.report.ladder, free, {})
+        and (served := served_fraction(job, ev, evaluator)) >= 1.0
+    ]
     out.sort(key=lambda se: (se[1].report.breach_probability, -se[1].report.value))
     return out[:_ROOM_LADDERS]
 
@@ -522,7 +525,7 @@ def _best_effort(
     generator: CandidateGenerator,
     cfg: KoiConfig,
     room: _Donors | None = None,
-) -> list[str]:
+) -> None:
     """The job's C3-rejected ladders that fit what is free, as best-effort candidates: those
     predicted to keep up with the job's traffic first, then the least likely to breach.  A
     best-effort candidate's value loses ``refusal_margin`` times the share of the demand it
@@ -530,10 +533,10 @@ def _best_effort(
 
     With ``room`` (a hopeless job) and nothing free that carries all of its traffic, ladders
     that do carry it on what donors can spare join them (:func:`_effort_room`), and the
-    donors' scale-ins are offered; the donors offered are returned."""
+    donors' scale-ins are offered."""
     limit = cfg.planner.best_effort_candidates
     if limit == 0:
-        return []
+        return
     snapshot = evaluator.snapshot
     # Ladders sized for the rate on what is free, with the most headroom the rounds give and
     # on any GPU type: the job's own proposals keep to its budget book, which may hold only
@@ -561,7 +564,6 @@ def _best_effort(
     margin = cfg.planner.refusal_margin
     running = job.id in snapshot.current_ladders  # its keep was replayed (S5)
     picked = []
-    offered: list[str] = []
     for served, ev in effort_picks(rejected, limit, None if keep is None else keep.report):
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
@@ -575,21 +577,20 @@ def _best_effort(
             picked.append(best)
             deficit = _deficit(r.ladder, free, {})
             if deficit and room is not None:
-                offered += [d for d in room.offer(deficit) if d not in offered]
+                room.offer(deficit)
     if not picked:
-        return offered
+        return
     if keep is not None:
         # A running job's keep is judged like its best-effort options: by the share it carries.
         value = keep.report.value - margin * (1.0 - served_fraction(job, keep, evaluator))
         mine[keep.report.ladder] = _revalued(keep, value)
     defer = mine.get(Ladder())
     if defer is None:
-        return offered
+        return
     worst = min(e.report.value for e in picked)
     value = min(defer.report.value, worst - margin)
     if defer.candidate is not None and value < defer.report.value:
         mine[Ladder()] = _revalued(defer, value)
-    return offered
 
 
 def effort_picks(
