@@ -69,7 +69,7 @@ def _plain_batch(load: RankLoad, rate: float, b_max: float) -> float:
     lo, hi = 0.0, b_max
     for _ in range(30):
         mid = (lo + hi) / 2
-        if rate * out * _mix(load, rate, mid, ctx, inp).mean.time_s > mid:
+        if rate * out * _mix(load, rate, mid, ctx, inp).mean_s > mid:
             lo = mid
         else:
             hi = mid

@@ -13,10 +13,18 @@ mean iteration per shape), and splitting them would split one model over several
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import attrs
 
-from koi.surrogate.replay._step import StepTime, StepTimeModel
+from koi.surrogate.replay._step import (
+    PartsFn,
+    StepParts,
+    StepTime,
+    StepTimeModel,
+    parts_of,
+    parts_time,
+)
 from koi.types import LengthDist
 
 __all__ = [
@@ -70,6 +78,14 @@ class RankLoad:
     sync_weight: float = 0.5
     mixed_prefill: bool = True  # the engine's iteration scheduler (EngineProfile)
     chunk_admission: bool = False  # the engine's KV admission policy (EngineProfile)
+    # The step model's times as tuples: the closed form makes millions of steps.
+    parts: PartsFn = attrs.field(
+        default=attrs.Factory(lambda self: parts_of(self.step_model), takes_self=True),
+        init=False,
+        eq=False,
+        hash=False,
+        repr=False,
+    )
 
 
 @attrs.frozen
@@ -92,56 +108,52 @@ class ServingEstimate:
     step: StepTime
 
 
-def _step(load: RankLoad, prefill: float, seqs: float, ctx_per_seq: float, inp: float) -> StepTime:
+def _step(load: RankLoad, prefill: float, seqs: float, ctx_per_seq: float, inp: float) -> StepParts:
     pairs = prefill * inp / 2.0  # a prompt of I tokens has I²/2 causal pairs
-    return load.step_model.step(
-        prefill_tokens=round(prefill),
-        prefill_pairs=pairs,
-        decode_seqs=round(seqs),
-        decode_context_tokens=round(seqs * ctx_per_seq),
-    )
+    return load.parts(round(prefill), pairs, round(seqs), round(seqs * ctx_per_seq))
 
 
 def _max_batch(load: RankLoad, ctx: float) -> float:
     return float(max(min(load.max_batch_size, load.kv_capacity_tokens / max(ctx, 1.0)), 1.0))
 
 
-@attrs.frozen
-class _Mix:
+class _Mix(NamedTuple):
     """Iterations of one replica at request rate ``rate`` with ``seqs`` decoding sequences.
 
     A share ``p`` of the iterations carries a prefill chunk (``chunks`` per prompt, each
     adding ``delta`` seconds to the decode-only step ``dec``); when prompts arrive faster than
-    one chunk per iteration every iteration carries prefill tokens (fluid regime).
+    one chunk per iteration every iteration carries prefill tokens (fluid regime).  Steps are
+    :data:`StepParts`, and ``mean_s`` is the mean iteration's time.
     """
 
-    mean: StepTime
-    dec: StepTime
-    chunk: StepTime
+    mean: StepParts
+    dec: StepParts
+    chunk: StepParts
     chunks: int
     p: float
+    mean_s: float
 
     @property
     def delta(self) -> float:
-        return max(self.chunk.time_s - self.dec.time_s, 0.0)
+        return max(parts_time(self.chunk) - parts_time(self.dec), 0.0)
 
 
-def _blend(a: StepTime, b: StepTime, p: float) -> StepTime:
-    return StepTime(
-        compute_s=(1 - p) * a.compute_s + p * b.compute_s,
-        memory_s=(1 - p) * a.memory_s + p * b.memory_s,
-        comm_s=(1 - p) * a.comm_s + p * b.comm_s,
-        bubble_s=(1 - p) * a.bubble_s + p * b.bubble_s,
-        overhead_s=(1 - p) * a.overhead_s + p * b.overhead_s,
+def _blend(a: StepParts, b: StepParts, p: float) -> StepParts:
+    q = 1 - p
+    return (
+        q * a[0] + p * b[0],
+        q * a[1] + p * b[1],
+        q * a[2] + p * b[2],
+        q * a[3] + p * b[3],
+        q * a[4] + p * b[4],
     )
 
 
-@attrs.frozen
-class _Steps:
+class _Steps(NamedTuple):
     """The two iterations a mix blends, for one batch shape: decode-only and chunk-carrying."""
 
-    dec: StepTime
-    chunk: StepTime
+    dec: StepParts
+    chunk: StepParts
     chunks: int
     budget: float
 
@@ -150,7 +162,7 @@ class _Steps:
 #: step model is asked for them: the prompt mean, its chunks and the rounded sequences and
 #: context tokens.  A bisection over the batch narrows to one rounded shape long before its
 #: last halving, and one load's estimates at other rates visit the same midpoints.
-ShapeMemo = dict[tuple[float, int, int, int], tuple[StepTime, StepTime]]
+ShapeMemo = dict[tuple[float, int, int, int], tuple[StepParts, StepParts]]
 
 # A memo past this many shapes starts over (a memo, not state).
 _SHAPE_MEMO = 4096
@@ -167,12 +179,7 @@ def _steps(
     if hit is None:
         size = inp / chunks
         dec = _step(load, 0.0, seqs, ctx, inp)
-        chunk = load.step_model.step(
-            prefill_tokens=round(size),
-            prefill_pairs=size * inp / 2.0,
-            decode_seqs=n,
-            decode_context_tokens=n_ctx,
-        )
+        chunk = load.parts(round(size), size * inp / 2.0, n, n_ctx)
         hit = (dec, chunk)
         if memo is not None:
             if len(memo) >= _SHAPE_MEMO:
@@ -187,21 +194,24 @@ _FLUID_RTOL = 1e-9
 
 def _mix_of(load: RankLoad, rate: float, st: _Steps, seqs: float, ctx: float, inp: float) -> _Mix:
     dec, chunk, chunks = st.dec, st.chunk, st.chunks
-    delta = max(chunk.time_s - dec.time_s, 0.0)
+    t_dec = parts_time(dec)
+    delta = max(parts_time(chunk) - t_dec, 0.0)
     load_per_step = rate * chunks * delta
     if load_per_step < 1.0:
-        s_bar = dec.time_s / (1.0 - load_per_step)
+        s_bar = t_dec / (1.0 - load_per_step)
         p = rate * chunks * s_bar
         if p <= 1.0:
-            return _Mix(_blend(dec, chunk, p), dec, chunk, chunks, p)
+            mean = _blend(dec, chunk, p)
+            return _Mix(mean, dec, chunk, chunks, p, parts_time(mean))
     # Fluid regime: every iteration carries rate·I·s prefill tokens (capped by the budget).
-    s = chunk
+    s, t_s = chunk, parts_time(chunk)
     for _ in range(20):
-        t = s.time_s
+        t = t_s
         s = _step(load, min(rate * inp * t, st.budget), seqs, ctx, inp)
-        if abs(s.time_s - t) <= _FLUID_RTOL * t:
+        t_s = parts_time(s)
+        if abs(t_s - t) <= _FLUID_RTOL * t:
             break
-    return _Mix(s, dec, chunk, chunks, 1.0)
+    return _Mix(s, dec, chunk, chunks, 1.0, t_s)
 
 
 def _mix(
@@ -219,7 +229,7 @@ def _mean_time(
     memo: ShapeMemo,
     times: dict[tuple[int, int, int], float],
 ) -> float:
-    """``_mix(load, rate, seqs, ctx, inp).mean.time_s`` without building the mix: the same
+    """``_mix(load, rate, seqs, ctx, inp).mean_s`` without building the mix: the same
     operations in the same order (the bisection asks for nothing else).
 
     ``times`` memoizes it for one (load, rate, inp) by the batch shape: the mean iteration
@@ -232,32 +242,33 @@ def _mean_time(
     if hit is not None:
         return hit
     dec, chunk = st.dec, st.chunk
-    delta = max(chunk.time_s - dec.time_s, 0.0)
+    t_dec = parts_time(dec)
+    delta = max(parts_time(chunk) - t_dec, 0.0)
     load_per_step = rate * st.chunks * delta
     if load_per_step < 1.0:
-        s_bar = dec.time_s / (1.0 - load_per_step)
+        s_bar = t_dec / (1.0 - load_per_step)
         p = rate * st.chunks * s_bar
         if p <= 1.0:
-            q = 1 - p  # _blend's weights, component by component, then StepTime.time_s
+            q = 1 - p  # _blend's weights, component by component, then parts_time
             t = (
-                max(q * dec.compute_s + p * chunk.compute_s, q * dec.memory_s + p * chunk.memory_s)
-                + (q * dec.comm_s + p * chunk.comm_s)
-                + (q * dec.bubble_s + p * chunk.bubble_s)
-                + (q * dec.overhead_s + p * chunk.overhead_s)
+                max(q * dec[0] + p * chunk[0], q * dec[1] + p * chunk[1])
+                + (q * dec[2] + p * chunk[2])
+                + (q * dec[3] + p * chunk[3])
+                + (q * dec[4] + p * chunk[4])
             )
             times[shape] = t
             return t
     # _mix_of's fluid regime, noting whether the budget ever capped the prefill.
-    s, capped = chunk, False
+    t_s, capped = parts_time(chunk), False
     for _ in range(20):
-        t = s.time_s
+        t = t_s
         prefill = rate * inp * t
         if st.budget < prefill:
             prefill, capped = st.budget, True
-        s = _step(load, prefill, seqs, ctx, inp)
-        if abs(s.time_s - t) <= _FLUID_RTOL * t:
+        t_s = parts_time(_step(load, prefill, seqs, ctx, inp))
+        if abs(t_s - t) <= _FLUID_RTOL * t:
             break
-    t = s.time_s
+    t = t_s
     if not capped:
         times[shape] = t
     return t
@@ -302,8 +313,8 @@ def saturation(load: RankLoad) -> Saturation:
     st = _steps(load, b, ctx, inp, memo)  # the batch shape is fixed: only the prefill rate moves
     mix = _mix_of(load, 0.0, st, b, ctx, inp)
     for _ in range(8):  # requests finish at b / (O·s) per second and each brings I prompt tokens
-        mix = _mix_of(load, b / (out * mix.mean.time_s), st, b, ctx, inp)
-    return b, b / mix.mean.time_s, mix, memo
+        mix = _mix_of(load, b / (out * mix.mean_s), st, b, ctx, inp)
+    return b, b / mix.mean_s, mix, memo
 
 
 def capacity_tok_s(load: RankLoad) -> float:
@@ -323,10 +334,10 @@ def served_rate(load: RankLoad, rate_rps: float, sat: Saturation) -> tuple[float
 
 def _ttft(mix: _Mix, q_wait: float) -> tuple[float, float]:
     """(median, mean wait) time to first token: own chunks, the step in flight, prefill queue."""
-    service = mix.chunks * mix.chunk.time_s
+    service = mix.chunks * parts_time(mix.chunk)
     u = min(mix.p, 0.98)
     wait = service * u / (2.0 * (1.0 - u)) + q_wait
-    return service + 0.5 * mix.mean.time_s + wait, wait
+    return service + 0.5 * mix.mean_s + wait, wait
 
 
 def estimate_open_loop(
@@ -346,7 +357,7 @@ def estimate_open_loop(
         mix = _mix(load, rate_rps, b, ctx, inp, memo)
     # Waiting for a batch slot once the replica nears saturation (M/M/1-like on ρ).
     r = min(rho, 0.98)
-    slot_wait = mix.mean.time_s * r / (1.0 - r) if rho > 0.5 else 0.0
+    slot_wait = mix.mean_s * r / (1.0 - r) if rho > 0.5 else 0.0
     ttft50, wait = _ttft(mix, slot_wait)
     mix99 = _mix(
         RankLoad(
@@ -363,7 +374,7 @@ def estimate_open_loop(
         quantile(load.input_len, 0.99),
         memo,
     )
-    ttft99 = mix99.chunks * mix99.chunk.time_s + mix.mean.time_s + wait * _LN100 / math.log(2.0)
+    ttft99 = mix99.chunks * parts_time(mix99.chunk) + mix.mean_s + wait * _LN100 / math.log(2.0)
     queue = rate_rps * wait
     if rho >= 1.0:
         # The queue grows for the whole horizon: the p99 request waits ~ (1 - 1/ρ)·H.
@@ -384,10 +395,10 @@ def estimate_open_loop(
         mean_batch=b,
         queue_depth=max(queue, 0.0),
         kv_cache_util=min(b * ctx / max(load.kv_capacity_tokens, 1), 1.0),
-        preemption_rate=_preemptions(load, b, ctx, out, mix.mean.time_s),
+        preemption_rate=_preemptions(load, b, ctx, out, mix.mean_s),
         prefill_share=_prefill_share(mix),
         busy_fraction=min(busy, 1.0),
-        step=mix.mean,
+        step=StepTime(*mix.mean),
     )
 
 
@@ -405,7 +416,7 @@ def estimate_closed_loop(
     inp, out = load.input_len.mean, load.output_len.mean
     chunk = _steps(load, 0.0, 0.0, inp).chunk
     per_request = out / max(est.throughput_tok_s, 1e-12)  # busy seconds per completion
-    extra = waste * math.ceil(inp / load.max_batched_tokens) * chunk.time_s
+    extra = waste * math.ceil(inp / load.max_batched_tokens) * parts_time(chunk)
     scale = per_request / (per_request + extra)
     return attrs.evolve(
         est,
@@ -445,16 +456,16 @@ def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -
     decoding = n_run
     mix = _mix(load, 0.0, decoding, ctx, inp, memo)
     ttft, wait = _ttft(mix, 0.0)
-    rate = n_run / (ttft + (out - 1) * mix.mean.time_s)
+    rate = n_run / (ttft + (out - 1) * mix.mean_s)
     for _ in range(30):  # fixed point on the iteration mix and the request rate
-        decoding = n_run * (out - 1) * mix.mean.time_s / (ttft + (out - 1) * mix.mean.time_s)
+        decoding = n_run * (out - 1) * mix.mean_s / (ttft + (out - 1) * mix.mean_s)
         mix = _mix(load, rate, max(decoding, 0.0), ctx, inp, memo)
         ttft, wait = _ttft(mix, 0.0)
-        rate = n_run / (ttft + (out - 1) * mix.mean.time_s)
+        rate = n_run / (ttft + (out - 1) * mix.mean_s)
     queued = max(concurrency - n_run, 0.0)
     slot_wait = queued / rate  # Little's law on the requests waiting for a batch slot
     mix99 = _mix(load, rate, decoding, ctx, quantile(load.input_len, 0.99), memo)
-    ttft99 = mix99.chunks * mix99.chunk.time_s + mix.mean.time_s + wait * _LN100 / math.log(2.0)
+    ttft99 = mix99.chunks * parts_time(mix99.chunk) + mix.mean_s + wait * _LN100 / math.log(2.0)
     tpot50, tpot99 = _tpot(load, mix, out)
     return ServingEstimate(
         p50_ttft_ms=(ttft + slot_wait) * 1e3,
@@ -467,10 +478,10 @@ def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -
         mean_batch=decoding,
         queue_depth=queued,
         kv_cache_util=min(n_run * ctx / max(load.kv_capacity_tokens, 1), 1.0),
-        preemption_rate=_preemptions(load, n_run, ctx, out, mix.mean.time_s),
+        preemption_rate=_preemptions(load, n_run, ctx, out, mix.mean_s),
         prefill_share=_prefill_share(mix),
         busy_fraction=1.0,
-        step=mix.mean,
+        step=StepTime(*mix.mean),
     )
 
 
@@ -490,14 +501,10 @@ def _closed_loop_waves(
     budget = float(load.max_batched_tokens)
     k = max(math.ceil(wave / budget), 1)
     size = wave / k
-    chunk = load.step_model.step(
-        prefill_tokens=round(size),
-        prefill_pairs=size * inp / 2.0,
-        decode_seqs=0,
-        decode_context_tokens=0,
-    )
-    t_p = k * chunk.time_s
+    chunk = load.parts(round(size), size * inp / 2.0, 0, 0)
+    t_p = k * parts_time(chunk)
     dec = _step(load, 0.0, n_run, ctx, inp)
+    t_dec = parts_time(dec)
     lockstep = t_p * (1.0 + 1.0 / k) / 2.0
     dispersed, _ = _ttft(_mix(load, 0.0, n_run, ctx, inp), 0.0)
     # Real clients drift out of lock-step; blend the two limits in log space.  A prefill-first
@@ -505,8 +512,8 @@ def _closed_loop_waves(
     w = load.sync_weight if load.mixed_prefill else 1.0
     ttft = lockstep**w * dispersed ** (1.0 - w)
     extra = t_p * (1.0 - 1.0 / k) / 2.0 / max(out - 1.0, 1.0)
-    tpot = dec.time_s + extra
-    cycle = t_p + (out - 1.0) * dec.time_s
+    tpot = t_dec + extra
+    cycle = t_p + (out - 1.0) * t_dec
     rate = n_run / cycle
     slot_wait = max(concurrency - n_run, 0.0) / rate
     p = t_p / cycle  # share of time spent in prefill iterations
@@ -515,17 +522,17 @@ def _closed_loop_waves(
         p50_ttft_ms=(ttft + slot_wait) * 1e3,
         p99_ttft_ms=(max(t_p, ttft) + slot_wait) * 1e3,
         p50_tpot_ms=tpot * 1e3,
-        p99_tpot_ms=(dec.time_s + 2.0 * extra) * 1e3,
+        p99_tpot_ms=(t_dec + 2.0 * extra) * 1e3,
         throughput_tok_s=rate * out,
         capacity_tok_s=cap,
         utilization=min(rate * out / cap, 1.0) if cap > 0 else 1.0,
         mean_batch=n_run * (1.0 - p),
         queue_depth=max(concurrency - n_run, 0.0),
         kv_cache_util=min(n_run * ctx / max(load.kv_capacity_tokens, 1), 1.0),
-        preemption_rate=_preemptions(load, n_run, ctx, out, dec.time_s),
+        preemption_rate=_preemptions(load, n_run, ctx, out, t_dec),
         prefill_share=min(p, 1.0),
         busy_fraction=1.0,
-        step=mean,
+        step=StepTime(*mean),
     )
 
 
@@ -538,9 +545,9 @@ def _tpot(load: RankLoad, mix: _Mix, out: float) -> tuple[float, float]:
     n = max(out - 1.0, 1.0)
     o_short = max(quantile(load.output_len, 0.01) - 1.0, 1.0) if load.output_len.cv > 0 else n
     p = mix.p
-    p50 = mix.mean.time_s
+    p50 = mix.mean_s
     k99 = o_short * p + _Z99 * math.sqrt(o_short * p * (1.0 - p))
-    p99 = mix.dec.time_s + k99 * mix.delta / o_short
+    p99 = parts_time(mix.dec) + k99 * mix.delta / o_short
     return p50, max(p99, p50)
 
 
@@ -555,5 +562,5 @@ def _preemptions(load: RankLoad, b: float, ctx: float, out: float, step_s: float
 
 def _prefill_share(mix: _Mix) -> float:
     """Share of busy time spent in iterations that carry prefill tokens."""
-    t = mix.mean.time_s
-    return min(max(mix.p * mix.chunk.time_s / t, 0.0), 1.0) if t > 0 else 0.0
+    t = mix.mean_s
+    return min(max(mix.p * parts_time(mix.chunk) / t, 0.0), 1.0) if t > 0 else 0.0

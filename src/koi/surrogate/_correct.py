@@ -7,7 +7,14 @@ from typing import Any
 
 import attrs
 
-from koi.surrogate.replay._step import StepTime, StepTimeModel
+from koi.surrogate.replay._step import (
+    PartsFn,
+    StepParts,
+    StepTime,
+    StepTimeModel,
+    parts_of,
+    parts_time,
+)
 from koi.types import Mediator, Outcome
 from koi.types.validators import positive
 
@@ -73,6 +80,13 @@ class ScaledStepModel:
     base: StepTimeModel
     prefill: float = 1.0
     decode: float = 1.0
+    _parts: PartsFn = attrs.field(
+        default=attrs.Factory(lambda self: parts_of(self.base), takes_self=True),
+        init=False,
+        eq=False,
+        hash=False,
+        repr=False,
+    )
     # The decode-only times of the base model by (sequences, context tokens): a closed-form
     # fixed point asks for one batch with ever other prefill, each time with the same decode.
     _dec: dict[tuple[int, int], float] = attrs.field(
@@ -87,12 +101,18 @@ class ScaledStepModel:
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> StepTime:
-        full = self.base.step(
-            prefill_tokens=prefill_tokens,
-            prefill_pairs=prefill_pairs,
-            decode_seqs=decode_seqs,
-            decode_context_tokens=decode_context_tokens,
+        return StepTime(
+            *self.step_parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
         )
+
+    def step_parts(
+        self,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepParts:
+        full = self._parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
         if self.prefill == self.decode or prefill_tokens == 0:
             f = self.decode
         elif decode_seqs == 0:
@@ -103,17 +123,14 @@ class ScaledStepModel:
             if dec is None:
                 if len(self._dec) >= _DEC_MEMO:
                     self._dec.clear()  # a memo, not state: start over rather than grow
-                dec = self._dec[key] = self.base.step(
-                    prefill_tokens=0,
-                    prefill_pairs=0.0,
-                    decode_seqs=decode_seqs,
-                    decode_context_tokens=decode_context_tokens,
-                ).time_s
-            t = full.time_s
+                dec = self._dec[key] = parts_time(
+                    self._parts(0, 0.0, decode_seqs, decode_context_tokens)
+                )
+            t = parts_time(full)
             f = (self.decode * dec + self.prefill * max(t - dec, 0.0)) / t if t > 0 else 1.0
         if f == 1.0:
             return full
-        return full.scaled(compute=f, memory=f, comm=f, bubble=f, overhead=f)
+        return (full[0] * f, full[1] * f, full[2] * f, full[3] * f, full[4] * f)
 
 
 class MemoStepModel:
@@ -127,8 +144,9 @@ class MemoStepModel:
 
     def __init__(self, model: StepTimeModel, limit: int | None) -> None:
         self.model = model
+        self._parts = parts_of(model)
         self._limit = limit
-        self._memo: dict[tuple[int, float, int, int], StepTime] = {}
+        self._memo: dict[tuple[int, float, int, int], StepParts] = {}
 
     def step(
         self,
@@ -138,15 +156,21 @@ class MemoStepModel:
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> StepTime:
+        return StepTime(
+            *self.step_parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
+        )
+
+    def step_parts(
+        self,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepParts:
         key = (prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
         hit = self._memo.get(key)
         if hit is None:
             if self._limit is not None and len(self._memo) >= self._limit:
                 self._memo.clear()
-            hit = self._memo[key] = self.model.step(
-                prefill_tokens=prefill_tokens,
-                prefill_pairs=prefill_pairs,
-                decode_seqs=decode_seqs,
-                decode_context_tokens=decode_context_tokens,
-            )
+            hit = self._memo[key] = self._parts(*key)
         return hit

@@ -14,7 +14,7 @@ from functools import cached_property
 import attrs
 
 from koi.surrogate._config import Efficiency, SurrogateConfig, kv_bytes_per_value
-from koi.surrogate.replay._step import StepTime
+from koi.surrogate.replay._step import StepParts, StepTime
 from koi.types import Config, GpuSpec, LinkKind, ModelSpec, Quant
 
 __all__ = ["OperatorModel", "model_parameters"]
@@ -334,11 +334,23 @@ class OperatorModel:
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> StepTime:
-        """Time of one iteration: the components of :meth:`breakdown`, summed.
+        """Time of one iteration: the components of :meth:`breakdown`, summed."""
+        return StepTime(
+            *self.step_parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
+        )
 
-        The hot path of every replay: the same arithmetic as :meth:`breakdown` (a test checks
-        they agree), summed inline without the per-operation objects; what depends on the
-        batch shape alone is memoized per shape.
+    def step_parts(
+        self,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepParts:
+        """:meth:`step`'s fields as a tuple: the hot path of every replay and closed form.
+
+        The same arithmetic as :meth:`breakdown` (a test checks they agree), summed inline
+        without the per-operation objects; what depends on the batch shape alone is memoized
+        per shape.
         """
         shapes = self._shapes
         key = (prefill_tokens, decode_seqs)
@@ -364,7 +376,7 @@ class OperatorModel:
             bubble = self.cfg.pp_imbalance * (pp - 1) / pp * core
         if eager > 0.0 and busy:
             overhead += _launch_cost(eager, core + comm)
-        return StepTime(compute, memory, comm, bubble, overhead)
+        return (compute, memory, comm, bubble, overhead)
 
 
 def _launch_cost(launch: float, gpu: float) -> float:

@@ -7,13 +7,14 @@ the "true" ones.  The replay engine only sees this protocol, so one engine serve
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Protocol
 
 import attrs
 
 from koi.types.validators import non_negative
 
-__all__ = ["StepTime", "StepTimeModel"]
+__all__ = ["PartsFn", "StepParts", "StepTime", "StepTimeModel", "parts_of", "parts_time"]
 
 _INF = math.inf
 
@@ -91,3 +92,41 @@ class StepTimeModel(Protocol):
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> StepTime: ...
+
+
+#: A step's five fields as a plain tuple, in :class:`StepTime`'s order (compute, memory, comm,
+#: bubble, overhead): what hot loops pass around instead of millions of validated objects.
+StepParts = tuple[float, float, float, float, float]
+
+#: ``step_parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)``.
+PartsFn = Callable[[int, float, int, int], StepParts]
+
+
+def parts_time(s: StepParts) -> float:
+    """:attr:`StepTime.time_s` of a step's parts (the same operations in the same order)."""
+    return max(s[0], s[1]) + s[2] + s[3] + s[4]
+
+
+def parts_of(model: StepTimeModel) -> PartsFn:
+    """``model``'s step times as :data:`StepParts`.
+
+    A model may offer ``step_parts`` (positional arguments, the fields of its :meth:`step` as a
+    tuple, unvalidated) for callers that make millions of steps; any other model's ``step`` is
+    unpacked.  The values are the same either way.
+    """
+    fast: PartsFn | None = getattr(model, "step_parts", None)
+    if fast is not None:
+        return fast
+
+    def parts(
+        prefill_tokens: int, prefill_pairs: float, decode_seqs: int, decode_context_tokens: int
+    ) -> StepParts:
+        st = model.step(
+            prefill_tokens=prefill_tokens,
+            prefill_pairs=prefill_pairs,
+            decode_seqs=decode_seqs,
+            decode_context_tokens=decode_context_tokens,
+        )
+        return (st.compute_s, st.memory_s, st.comm_s, st.bubble_s, st.overhead_s)
+
+    return parts
