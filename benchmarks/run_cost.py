@@ -21,7 +21,10 @@ The stages overlap (a closed-form estimate runs inside every replay); each share
 profiled run's total (cProfile's clock, wall time).
 
     python benchmarks/run_cost.py --planners feedback-milp,koi [--scenario hetero-3h]
-        [--seed 0] [--hours 1] [--profile]
+        [--seed 0] [--hours 1] [--profile] [--knob corrections.hysteresis=0.15 ...]
+
+``--knob`` sets a :class:`koi.config.KoiConfig` knob for koi's planners (as ``koi sweep`` does;
+the value is read as JSON, else kept as a string).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import Any
 
 import attrs
 
+from koi.baselines import CONFIGURABLE
 from koi.bench import RunTask, execute
 from koi.sim import Scenario, load_scenario
 from tick import reference_workload
@@ -111,6 +115,16 @@ def measure(task: RunTask, profile: bool) -> dict[str, Any]:
     return out
 
 
+def _knob(text: str) -> tuple[str, Any]:
+    path, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--knob {text!r}: expected PATH=VALUE")
+    try:
+        return path.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return path.strip(), value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="hetero-3h")
@@ -118,10 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hours", type=float, default=0.0, help="first N hours only (0: all)")
     ap.add_argument("--profile", action="store_true", help="run under cProfile, report shares")
+    ap.add_argument("--knob", action="append", default=[], help="PATH=VALUE for koi's planners")
     args = ap.parse_args(argv)
     sc = truncated(load_scenario(args.scenario), args.hours)
+    knobs = tuple(_knob(k) for k in args.knob)
     runs = [
-        measure(RunTask(sc, name.strip(), args.seed), args.profile)
+        measure(
+            RunTask(sc, name.strip(), args.seed, knobs if name.strip() in CONFIGURABLE else ()),
+            args.profile,
+        )
         for name in args.planners.split(",")
         if name.strip()
     ]
@@ -130,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "hours": sc.duration_s / 3600.0,
         "seed": args.seed,
         "profiled": args.profile,
+        "knobs": dict(knobs),
         "runs": runs,
     }
     json.dump(report, sys.stdout, indent=2)

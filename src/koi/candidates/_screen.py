@@ -167,11 +167,12 @@ class Screener:
         if hit is not None:
             return hit
         fn = corrections if corr is not None else None
+        at_rate = canonical(job)
         out: list[SizedOption] = []
         for k, (opt, chain) in enumerate(zip(options, chains, strict=True)):
             if time.monotonic() > deadline_s:
                 return None  # incomplete: not cached
-            resized = self._resized(job, opt, chain, None if corr is None else corr[k], fn)
+            resized = self._resized(at_rate, opt, chain, None if corr is None else corr[k], fn)
             if resized is None:
                 continue
             opt = resized
@@ -216,7 +217,8 @@ class Screener:
         fn: Corrections | None,
     ) -> Option | None:
         """``opt`` at the capacity its chain's correction credits (as is without one);
-        ``None`` where the corrected replica serves nothing."""
+        ``None`` where the corrected replica serves nothing.  ``job`` is at the canonical
+        rate (:func:`canonical`)."""
         if fn is None or correction is None or correction.is_identity:
             return opt
         capacity = self._corrected_capacity(job, chain, correction, fn)
@@ -272,9 +274,10 @@ class Screener:
         corrections: Corrections | None,
     ) -> SizedOption | None:
         fn = corrections if corr is not None else None
+        at_rate = canonical(job)
         sized: list[tuple[int, int, Option, Chain, int]] = []
         for k, (opt, chain) in enumerate(zip(options, chains, strict=True)):
-            resized = self._resized(job, opt, chain, None if corr is None else corr[k], fn)
+            resized = self._resized(at_rate, opt, chain, None if corr is None else corr[k], fn)
             if resized is None:
                 continue
             replicas = replicas_for(
@@ -292,12 +295,12 @@ class Screener:
         self, job: Job, chain: Chain, correction: RankCorrection, corrections: Corrections
     ) -> float | None:
         """One replica's capacity with ``chain``'s correction applied, by the surrogate (the
-        one place a correction is applied), at the screen's canonical rate.
+        one place a correction is applied), for ``job`` at the screen's canonical rate
+        (:func:`canonical`, which the caller applies once for all its options).
 
         Cached like the screen it corrects: by the workload shape, the chain and the
         correction, so a batch job's capacity is not re-derived every tick as its remaining
         work shrinks."""
-        job = canonical(job)
         key = (job.model, job.job_class, job.workload, job.target, chain, correction)
         if key in self._capacities:
             return self._capacities.get(key)

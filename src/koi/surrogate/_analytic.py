@@ -49,7 +49,7 @@ def quantile(dist: LengthDist, q: float) -> float:
         return min(dist.mean, dist.max)
     sigma2 = math.log1p(dist.cv**2)
     mu = math.log(dist.mean) - sigma2 / 2.0
-    z = _Z99 if q == 0.99 else (0.0 if q == 0.5 else _inv_norm(q))
+    z = _Z99 if q == 0.99 else (_Z01 if q == 0.01 else (0.0 if q == 0.5 else _inv_norm(q)))
     return float(min(max(math.exp(mu + z * math.sqrt(sigma2)), 1.0), dist.max))
 
 
@@ -63,6 +63,9 @@ def _inv_norm(q: float) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+_Z01 = _inv_norm(0.01)  # the TPOT tail's shortest outputs ask for it on every estimate
 
 
 @attrs.frozen
@@ -236,11 +239,13 @@ def _mean_time(
     depends on ``seqs`` only through the shape, except when the fluid regime's prefill is
     capped by the token budget (``max_batched_tokens - seqs``), which is never memoized.
     """
-    st = _steps(load, seqs, ctx, inp, memo)
-    shape = (st.chunks, round(seqs), round(seqs * ctx))
+    # The shape as _steps computes it, looked up before _steps is asked for its iterations.
+    chunks = max(math.ceil(inp / max(load.max_batched_tokens - seqs, 1.0)), 1)
+    shape = (chunks, round(seqs), round(seqs * ctx))
     hit = times.get(shape)
     if hit is not None:
         return hit
+    st = _steps(load, seqs, ctx, inp, memo)
     dec, chunk = st.dec, st.chunk
     t_dec = parts_time(dec)
     delta = max(parts_time(chunk) - t_dec, 0.0)
