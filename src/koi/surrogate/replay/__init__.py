@@ -17,7 +17,7 @@ from koi.surrogate.replay._request import (
     sample_requests,
 )
 from koi.surrogate.replay._stats import WindowStats
-from koi.surrogate.replay._step import StepTime, StepTimeModel
+from koi.surrogate.replay._step import StepParts, StepTime, StepTimeModel, parts_of, parts_time
 
 __all__ = [
     "CachedStepModel",
@@ -25,11 +25,14 @@ __all__ = [
     "ReplayEngine",
     "ReplicaSpec",
     "Request",
+    "StepParts",
     "StepTime",
     "StepTimeModel",
     "UncachedStepModel",
     "WindowStats",
     "batch_requests",
+    "parts_of",
+    "parts_time",
     "run_closed_loop",
     "sample_lengths",
     "sample_requests",
