@@ -364,21 +364,7 @@ def estimate_open_loop(
     r = min(rho, 0.98)
     slot_wait = mix.mean_s * r / (1.0 - r) if rho > 0.5 else 0.0
     ttft50, wait = _ttft(mix, slot_wait)
-    mix99 = _mix(
-        RankLoad(
-            load.step_model,
-            load.kv_capacity_tokens,
-            load.max_batch_size,
-            load.max_batched_tokens,
-            load.input_len,
-            load.output_len,
-        ),
-        rate_rps,
-        b,
-        ctx,
-        quantile(load.input_len, 0.99),
-        memo,
-    )
+    mix99 = _mix(load, rate_rps, b, ctx, quantile(load.input_len, 0.99), memo)
     ttft99 = mix99.chunks * parts_time(mix99.chunk) + mix.mean_s + wait * _LN100 / math.log(2.0)
     queue = rate_rps * wait
     if rho >= 1.0:

@@ -112,6 +112,7 @@ class ScaledStepModel:
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> StepParts:
+        """:meth:`step`'s fields as a tuple (what the closed form and the step cache read)."""
         full = self._parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
         if self.prefill == self.decode or prefill_tokens == 0:
             f = self.decode
@@ -167,6 +168,7 @@ class MemoStepModel:
         decode_seqs: int,
         decode_context_tokens: int,
     ) -> StepParts:
+        """:meth:`step`'s fields as a tuple, memoized."""
         key = (prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
         hit = self._memo.get(key)
         if hit is None:
