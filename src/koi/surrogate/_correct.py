@@ -9,8 +9,8 @@ import attrs
 
 from koi.surrogate.replay._step import (
     PartsFn,
+    StepFromParts,
     StepParts,
-    StepTime,
     StepTimeModel,
     parts_of,
     parts_time,
@@ -70,7 +70,7 @@ _DEC_MEMO = 256
 
 
 @attrs.frozen
-class ScaledStepModel:
+class ScaledStepModel(StepFromParts):
     """A step model whose decode part is scaled by ``decode`` and prefill part by ``prefill``.
 
     A mixed iteration's time ``t = t_dec + Δ`` (``Δ`` what the prefill slice adds) becomes
@@ -92,18 +92,6 @@ class ScaledStepModel:
     _dec: dict[tuple[int, int], float] = attrs.field(
         factory=dict, init=False, eq=False, hash=False, repr=False
     )
-
-    def step(
-        self,
-        *,
-        prefill_tokens: int,
-        prefill_pairs: float,
-        decode_seqs: int,
-        decode_context_tokens: int,
-    ) -> StepTime:
-        return StepTime(
-            *self.step_parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
-        )
 
     def step_parts(
         self,
@@ -134,7 +122,7 @@ class ScaledStepModel:
         return (full[0] * f, full[1] * f, full[2] * f, full[3] * f, full[4] * f)
 
 
-class MemoStepModel:
+class MemoStepModel(StepFromParts):
     """``model`` with its step times memoized by their four arguments, up to ``limit`` of them
     (then it starts over: a memo, not state; ``None``: no limit).
 
@@ -148,18 +136,6 @@ class MemoStepModel:
         self._parts = parts_of(model)
         self._limit = limit
         self._memo: dict[tuple[int, float, int, int], StepParts] = {}
-
-    def step(
-        self,
-        *,
-        prefill_tokens: int,
-        prefill_pairs: float,
-        decode_seqs: int,
-        decode_context_tokens: int,
-    ) -> StepTime:
-        return StepTime(
-            *self.step_parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
-        )
 
     def step_parts(
         self,

@@ -14,7 +14,7 @@ from functools import cached_property
 import attrs
 
 from koi.surrogate._config import Efficiency, SurrogateConfig, kv_bytes_per_value
-from koi.surrogate.replay._step import StepParts, StepTime
+from koi.surrogate.replay._step import StepFromParts, StepParts, StepTime
 from koi.types import Config, GpuSpec, LinkKind, ModelSpec, Quant
 
 __all__ = ["OperatorModel", "model_parameters"]
@@ -79,7 +79,7 @@ def _distinct_experts(tokens: float, experts: int, per_token: int) -> float:
 
 
 @attrs.frozen
-class OperatorModel:
+class OperatorModel(StepFromParts):
     """Step times of one replica of ``model`` on ``config.tp * config.pp`` GPUs of type ``gpu``.
 
     Implements :class:`koi.surrogate.replay.StepTimeModel`.  With ``pp`` stages the engine keeps
@@ -325,19 +325,6 @@ class OperatorModel:
         overhead = ov_base + ov_seq * emitting
         fill_factor = _kv_fill(fill, decode_seqs / mb)
         return mb, compute, memory, core, fill_factor, c_lm, m_lm, comm, overhead, tokens > 0
-
-    def step(
-        self,
-        *,
-        prefill_tokens: int,
-        prefill_pairs: float,
-        decode_seqs: int,
-        decode_context_tokens: int,
-    ) -> StepTime:
-        """Time of one iteration: the components of :meth:`breakdown`, summed."""
-        return StepTime(
-            *self.step_parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
-        )
 
     def step_parts(
         self,

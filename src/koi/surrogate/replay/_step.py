@@ -102,6 +102,34 @@ StepParts = tuple[float, float, float, float, float]
 PartsFn = Callable[[int, float, int, int], StepParts]
 
 
+class StepFromParts:
+    """Base of a step model that computes :data:`StepParts` (``step_parts``): its
+    :meth:`step` is those parts as a validated :class:`StepTime`."""
+
+    __slots__ = ()
+
+    def step_parts(
+        self,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepParts:
+        raise NotImplementedError
+
+    def step(
+        self,
+        *,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepTime:
+        return StepTime(
+            *self.step_parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
+        )
+
+
 def parts_time(s: StepParts) -> float:
     """:attr:`StepTime.time_s` of a step's parts (the same operations in the same order)."""
     return max(s[0], s[1]) + s[2] + s[3] + s[4]
