@@ -82,10 +82,10 @@ _ROOM_LADDERS = 3
 
 @attrs.frozen
 class Admission:
-    """What admission found: a verdict per stuck job, and the donors offered to each."""
+    """What admission found: a verdict per stuck job (the plan's reasons say which donors
+    gave up what, from the selection)."""
 
     verdicts: Mapping[str, AtRisk] = attrs.field(factory=dict)
-    donors: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict)
 
 
 def struggling(
@@ -263,7 +263,6 @@ def admit(
     by_id = {j.id: j for j in jobs if j.id not in unsafe_donors or j.id not in current}
     spare = _Spare(evaluator, candidates)
     verdicts: dict[str, AtRisk] = {}
-    donors_of: dict[str, tuple[str, ...]] = {}
     checked = 0
     for job in _order(jobs):
         mine = candidates[job.id]
@@ -277,16 +276,13 @@ def admit(
             verdicts[job.id] = verdict
             if verdict.verdict is Verdict.CAPACITY and cfg.planner.make_room:
                 _make_room(job, mine, donors, evaluator, generator, cfg)
-                donors_of[job.id] = tuple(donors.offered)
         if job.admission is AdmissionPolicy.SERVE_BEST_EFFORT and (
             job.id not in current or job.is_online
         ):
             hopeless = verdict is not None and verdict.verdict is Verdict.HOPELESS
             room = donors if hopeless and cfg.planner.make_room else None
             _best_effort(job, mine, evaluator, generator, cfg, room)
-            if donors.offered:
-                donors_of[job.id] = tuple(donors.offered)
-    return Admission(verdicts=verdicts, donors=donors_of)
+    return Admission(verdicts=verdicts)
 
 
 def _context(
@@ -355,7 +351,6 @@ class _Donors:
             for jid in current
             if jid != job.id and jid in jobs and jobs[jid].priority <= job.priority
         ]
-        self.offered: list[str] = []  # the donors offered so far, in order
 
     def reclaimable(self) -> Counter[str]:
         """GPUs per pool the donors could give up together."""
@@ -380,8 +375,6 @@ class _Donors:
                         continue
                     need = math.ceil(left / r.chain.gpus)
                     self.spare.offer(d, ladder, i, (min(k, need), k, 1))
-                    if d.id not in self.offered:
-                        self.offered.append(d.id)
                     left -= min(k, need) * r.chain.gpus
                 if left <= 0:
                     break
@@ -575,8 +568,7 @@ def _best_effort(
             best = _revalued(best, value)
             mine[r.ladder] = best
             picked.append(best)
-            deficit = _deficit(r.ladder, free, {})
-            if deficit and room is not None:
+            if room is not None and (deficit := _deficit(r.ladder, free, {})):
                 room.offer(deficit)
     if not picked:
         return
