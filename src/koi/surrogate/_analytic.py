@@ -171,11 +171,17 @@ ShapeMemo = dict[tuple[float, int, int, int], tuple[StepParts, StepParts]]
 _SHAPE_MEMO = 4096
 
 
+def _budget_chunks(load: RankLoad, seqs: float, inp: float) -> tuple[float, int]:
+    """The prefill tokens an iteration has beside ``seqs`` decoding sequences, and the chunks
+    a prompt of ``inp`` tokens takes at that budget."""
+    budget = max(load.max_batched_tokens - seqs, 1.0)
+    return budget, max(math.ceil(inp / budget), 1)
+
+
 def _steps(
     load: RankLoad, seqs: float, ctx: float, inp: float, memo: ShapeMemo | None = None
 ) -> _Steps:
-    budget = max(load.max_batched_tokens - seqs, 1.0)
-    chunks = max(math.ceil(inp / budget), 1)
+    budget, chunks = _budget_chunks(load, seqs, inp)
     n, n_ctx = round(seqs), round(seqs * ctx)
     key = (inp, chunks, n, n_ctx)
     hit = memo.get(key) if memo is not None else None
@@ -239,9 +245,8 @@ def _mean_time(
     depends on ``seqs`` only through the shape, except when the fluid regime's prefill is
     capped by the token budget (``max_batched_tokens - seqs``), which is never memoized.
     """
-    # The shape as _steps computes it, looked up before _steps is asked for its iterations.
-    chunks = max(math.ceil(inp / max(load.max_batched_tokens - seqs, 1.0)), 1)
-    shape = (chunks, round(seqs), round(seqs * ctx))
+    # The shape, looked up before _steps is asked for its iterations.
+    shape = (_budget_chunks(load, seqs, inp)[1], round(seqs), round(seqs * ctx))
     hit = times.get(shape)
     if hit is not None:
         return hit
