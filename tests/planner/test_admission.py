@@ -470,3 +470,19 @@ def test_a_running_job_past_c3_may_take_any_change_no_worse_than_its_keep() -> N
     picks = effort_picks(ranked, 1, keep)  # type: ignore[arg-type]
     assert [p[0] for p in picks] == [0.9, 0.4]  # -3.0 is likelier to breach, -9.0 worth less
     assert effort_picks(ranked, 1, None) == ranked[:1]  # type: ignore[arg-type]
+
+
+def test_stuck_online_jobs_take_free_gpus_before_stuck_batch_jobs() -> None:
+    # A service nothing serves within its target and a batch job that cannot meet its
+    # deadline arrive together at eight free GPUs.  Both take best effort, the service first:
+    # with the two in one stage the batch job's ladder was worth more, took all eight GPUs,
+    # and the service was refused.
+    hot = _online("hot", ttft_ms=1.0, rate_rps=5.0)
+    bulk = _batch(0, deadline_s=600.0 + 1800.0, total=400_000)
+    snapshot = ClusterSnapshot(600.0, [hot, bulk], [Pool(ENV, 8)], [])
+    result = _planner().tick(snapshot, launch=False)
+    assert _risk(result, "hot") is Verdict.HOPELESS
+    assert _risk(result, "bulk") is Verdict.HOPELESS
+    served = result.plan.action("hot")
+    assert served.kind is ActionKind.PLACE
+    assert served.ladder.gpus + result.plan.action("bulk").ladder.gpus <= 8

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import attrs
 
@@ -129,36 +129,48 @@ def serves_to_the_end(job: Job) -> bool:
     return job.is_online and job.admission is AdmissionPolicy.SERVE_BEST_EFFORT
 
 
-def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> Selection:
+def select_best_effort_last(
+    problem: SelectionProblem, cfg: SelectorConfig, *, online: Collection[str] = ()
+) -> Selection:
     """The joint selection with C3's guarantee first and best effort on what is left.
 
     Stage one solves without the best-effort candidates, so every job that can be served
     within its target — pending batch jobs included — is planned as if the stuck jobs did not
-    exist.  Stage two fixes that choice and lets the stuck jobs that stayed deferred (or kept a
-    running ladder) take their best-effort ladders on the capacity left (priorities were
-    honoured in stage one; among stuck jobs the values decide).  Without best-effort candidates
-    it is one plain solve.
+    exist.  Stage two fixes that choice and lets the stuck ``online`` jobs that stayed deferred
+    (or kept a running ladder) take their best-effort ladders on the capacity left (priorities
+    were honoured in stage one; among stuck jobs the values decide); stage three does the same
+    for the stuck batch jobs on what the second left: a service refused is an outage, a batch
+    job behind its deadline is late work.  Without best-effort candidates it is one plain
+    solve.
     """
     stuck = {c.job_id for c in problem.candidates if c.best_effort}
-    if not stuck:
-        return select(problem, cfg=cfg)
-    first = select(
+    selection = select(
         attrs.evolve(problem, candidates=[c for c in problem.candidates if not c.best_effort]),
         cfg=cfg,
     )
-    chosen = first.chosen
+    for group in (stuck & set(online), stuck - set(online)):
+        if group:
+            selection = _effort_stage(problem, selection.chosen, group, cfg)
+    return selection
+
+
+def _effort_stage(
+    problem: SelectionProblem, chosen: Mapping[str, str], group: set[str], cfg: SelectorConfig
+) -> Selection:
+    """``chosen`` fixed, and the stuck jobs of ``group`` that it deferred or kept on their
+    ladder free to take their best-effort candidates instead."""
     picked = [c for c in problem.candidates if c.key == chosen[c.job_id]]
     deferred = {c.job_id for c in picked if c.kind is ActionKind.DEFER}
     kept_running = {c.job_id for c in picked if c.kind is ActionKind.KEEP}
     reserved = _reserved(problem, deferred)
-    open_to_effort = deferred | (stuck & kept_running)
+    waiting = (deferred | kept_running) & group
     kept = [
         c
         for c in problem.candidates
         if c.key == chosen[c.job_id]
         or (
             c.best_effort
-            and c.job_id in open_to_effort
+            and c.job_id in waiting
             and not any(
                 pool in reserved and problem.priority.get(c.job_id, 0) < reserved[pool]
                 for pool in c.gpus_by_pool
@@ -168,7 +180,6 @@ def select_best_effort_last(problem: SelectionProblem, cfg: SelectorConfig) -> S
     # The fixed jobs rank above every stuck one: a stuck job's deferral reserves nothing
     # against them (the stuck jobs keep their order among themselves).
     top = max(problem.priority.values(), default=0) + 1
-    waiting = stuck & open_to_effort
     priority = {c.job_id: top for c in kept if c.job_id not in waiting}
     priority.update({j: problem.priority.get(j, 0) for j in waiting})
     return select(attrs.evolve(problem, candidates=kept, priority=priority), cfg=cfg)
@@ -209,7 +220,8 @@ def select_plan(
     """Solve the joint selection and turn the choice into the plan with its reasons, and name
     the jobs at risk (``admission``'s verdicts, ``late`` batch jobs, ladders past C3)."""
     if jobs:
-        selection = select_best_effort_last(problem, cfg.selector)
+        online = [j.id for j in jobs if j.is_online]
+        selection = select_best_effort_last(problem, cfg.selector, online=online)
         status, objective, gap = selection.status.value, selection.objective, selection.gap
         chosen, binding = dict(selection.chosen), selection.binding
     else:  # every job finished: nothing to choose
