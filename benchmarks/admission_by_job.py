@@ -24,13 +24,18 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import cattrs
 
 from koi.sim import Trace, evaluate
 
 _TRACE = re.compile(r"^(?P<planner>.+)-seed(?P<seed>\d+)\.json$")
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"admission_by_job: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _share(num: float, den: float) -> float:
@@ -74,7 +79,7 @@ def runs(dirs: list[Path], planners: set[str] | None) -> Iterator[tuple[str, str
     for d in dirs:
         traces = d / "traces"
         if not traces.is_dir():
-            sys.exit(f"admission_by_job: {d}: no traces/ directory (run koi bench with --out)")
+            _fail(f"{d}: no traces/ directory (run koi bench with --out)")
         for path in sorted(traces.glob("*.json")):
             m = _TRACE.match(path.name)
             if m and (planners is None or m["planner"] in planners):
@@ -118,11 +123,14 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     admission: dict[tuple[str, str, int], float] = {}
     for label, planner, seed, path in runs(args.dirs, wanted):
-        trace = cattrs.structure(json.loads(path.read_text())["trace"], Trace)
+        try:
+            trace = cattrs.structure(json.loads(path.read_text())["trace"], Trace)
+        except Exception as e:  # any unreadable file: name it, no traceback
+            _fail(f"{path}: not a koi bench trace ({type(e).__name__}: {e})")
         admission[(label, planner, seed)] = evaluate(trace).online_admission
         rows.extend({"dir": label, "planner": planner, "seed": seed, **r} for r in job_rows(trace))
     if not rows:
-        sys.exit("admission_by_job: no traces matched")
+        _fail("no traces matched")
     print(table(rows, admission) if args.table else json.dumps(rows, indent=1))
 
 
