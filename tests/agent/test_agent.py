@@ -203,7 +203,7 @@ def test_a_failing_stage_commits_the_safe_fallback_and_counts_it(
         def explode(*_a: object, **_k: object) -> None:
             raise KoiError("solver exploded")
 
-        monkeypatch.setattr("koi.planner._commit.select", explode)
+        monkeypatch.setattr("koi.planner._stages.select", explode)
         record = agent.tick_once()
         assert record["outcome"] == "fallback"
         assert record["launched"] is False

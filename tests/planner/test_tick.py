@@ -214,7 +214,7 @@ def test_a_failing_stage_gives_the_safe_plan(monkeypatch: pytest.MonkeyPatch) ->
     def explode(*_a: object, **_k: object) -> None:
         raise KoiError("solver exploded")
 
-    monkeypatch.setattr("koi.planner._commit.select", explode)
+    monkeypatch.setattr("koi.planner._stages.select", explode)
     before = planner.state
     result = planner.tick(world.snapshot())
     assert result.fallback

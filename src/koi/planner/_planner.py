@@ -2,16 +2,16 @@
 
 Each stage is a function of explicit inputs in its own module (DESIGN §3):
 
-========  ============================================  ===================
+========  ============================================  ========================
 stage     does                                          module
-========  ============================================  ===================
+========  ============================================  ========================
 S0, S1    snapshot, telemetry                           ``_observe``
 S2, S3    compare with the ledger; update the evidence  ``_learn``, ``_mining``
 S4        budget books, proposal rounds                 ``_books``, ``_propose``
 S5        C2, prediction, C3, J, Switch, exploration    ``_evaluate``
-S6        joint selection, plan, launch, ledger         ``_commit``
+S6        joint selection, plan, launch, ledger         ``_commit``, ``_stages``
 S7        calibration step, checkpoint, audit report    ``_close``, ``_checkpoint``
-========  ============================================  ===================
+========  ============================================  ========================
 
 The planner object only holds what outlives a tick: the state, the plugins and the memos that
 make the next tick cheaper (screens, cost references, exercised edges, observed rates).
