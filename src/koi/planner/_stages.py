@@ -37,7 +37,8 @@ def select_best_effort_last(
         attrs.evolve(problem, candidates=[c for c in problem.candidates if not c.best_effort]),
         cfg=cfg,
     )
-    for group in (stuck & set(online), stuck - set(online)):
+    services = stuck.intersection(online)
+    for group in (services, stuck - services):
         if group:
             selection = _effort_stage(problem, selection.chosen, group, cfg)
     return selection
