@@ -88,6 +88,24 @@ def test_overload_still_shows_when_windows_are_sampled() -> None:
     assert reqs[-1] == pytest.approx(80 * 300, rel=0.1)  # scaled back to world counts
 
 
+def test_a_sampled_window_counts_requests_in_flight_once() -> None:
+    """Long outputs, well within capacity: the launch window ends with a full running batch.
+    A real 300 s window ends with that batch in flight, not ``scale`` times it, so its
+    telemetry finishes nearly all it was sent (counted as a flow, 64 % here, with an empty
+    queue: koi read such windows after a launch as overloaded)."""
+    sc = tiny(pool_toml(instances=2) + online_job_toml(rate=8, out=600, tpot=200), minutes=20)
+    policy = Fixed(one_rank("Llama-3.1-8B"))
+    cfg = attrs.evolve(
+        RELIABLE, sampling=attrs.evolve(RELIABLE.sampling, max_requests_per_window=200)
+    )
+    run(sc, policy, seed=0, cfg=cfg)
+    windows = [o for _, obs in policy.seen for o in obs]
+    assert windows[0].mediators.mean_batch_size > 20  # many in flight at the window's end
+    assert windows[0].mediators.queue_depth < 1
+    for o in windows:
+        assert o.completed == pytest.approx(o.requests, rel=0.1)
+
+
 @pytest.mark.parametrize("notice", [False, True])
 def test_preempted_spot_rank_loses_capacity(notice: bool) -> None:
     pool = pool_toml(instances=2, market="spot", preemption=0.0)

@@ -52,6 +52,9 @@ class Deployment:
     concurrency_per_replica: int = 1
     parts: list[WindowStats] = attrs.field(factory=list)
     expected: int = 0  # replicas the planner's ladder showed when the window began
+    # How many more requests the engine was running at the end of the last window than at
+    # its start: a level, which the window's scale must not multiply (see ``_serve``).
+    running_change: int = 0
 
     # -- replicas --------------------------------------------------------------------------
 
@@ -176,6 +179,7 @@ class Deployment:
             self._ensure_engine(e(first[0]))
         eng = self.engine
         assert eng is not None
+        running_before = eng.running
         if requests:
             eng.submit(requests)
         if self.feed is not None and topup > 0 and self.engine_reps:
@@ -191,4 +195,5 @@ class Deployment:
             self.feed = None
             eng.feed(iter(()), 1)  # closed loop ends: no new batch requests
         self._advance(e(t1))
+        self.running_change = eng.running - running_before
         return merge_windows(self.parts) if self.parts else None

@@ -254,6 +254,11 @@ class Serving:
         # Announced-preempted replicas still run but are no longer the planner's.
         up = min(d.up_at(last - 1e-9), d.expected)
         remaining = max(0.0, (s.job.workload.total_requests or 0) - s.completed)
+        # Each finished replayed request stands for ``scale`` real ones, but the requests still
+        # running at the sub-window's end are a level, not a flow: a real window ends with as
+        # many in flight, not ``scale`` times as many.  Counted as a flow, the window after a launch
+        # reported a quarter to a half of its arrivals unfinished with an empty queue.
+        in_flight = (s.scale - 1.0) * d.running_change if s.job.is_online else 0.0
         return observe(
             s.job,
             d.chain,
@@ -261,6 +266,7 @@ class Serving:
             self._weights(s, st.request_ids),
             window=(t0, t1),
             routed=routed,
+            in_flight_change=in_flight,
             replicas_up=up,
             replicas_expected=d.expected,
             price_usd_per_h=len(d.held) * d.chain.price_usd_per_h,

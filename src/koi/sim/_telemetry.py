@@ -25,6 +25,7 @@ def observe(
     *,
     window: tuple[float, float],
     routed: float,
+    in_flight_change: float = 0.0,
     replicas_up: int,
     replicas_expected: int,
     price_usd_per_h: float,
@@ -36,7 +37,10 @@ def observe(
     """The observation of one rank over ``window`` (world times).
 
     ``weights`` are the world requests each finished request of ``st`` stands for;
-    ``batch_left`` is (requests left, requests the job finished in the window) for batch jobs.
+    ``batch_left`` is (requests left, requests the job finished in the window) for batch jobs;
+    ``in_flight_change`` (world requests) is added to the completion count: the weights
+    multiply the change in the rank's running requests by the window's scale, though the
+    running set is a level (the caller passes ``(scale - 1) ×`` that change).
     p99 TTFT counts the ages of still-waiting requests as censored samples, so a backlog shows.
     """
     t0, t1 = window
@@ -68,7 +72,7 @@ def observe(
         start_s=t0,
         end_s=t1,
         requests=round(routed),
-        completed=round(float(weights.sum())),
+        completed=round(max(0.0, float(weights.sum()) + in_flight_change)),
         replicas_up=replicas_up,
         outcomes=Outcomes(
             cost_per_mtok_usd=cost,
