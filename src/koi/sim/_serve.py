@@ -257,7 +257,7 @@ class Serving:
         # Each finished replayed request stands for ``scale`` real ones, but the requests still
         # running at the sub-window's end are a level, not a flow: a real window ends with as
         # many in flight, not ``scale`` times as many.  Counted as a flow, the window after a launch
-        # reported a quarter to a half of its arrivals unfinished with an empty queue.
+        # reported a quarter or more of its arrivals unfinished with an empty queue.
         in_flight = (s.scale - 1.0) * d.running_change if s.job.is_online else 0.0
         return observe(
             s.job,
