@@ -75,7 +75,8 @@ def job_rows(trace: Trace) -> Iterator[dict[str, Any]]:
 
 
 def runs(dirs: list[Path], planners: set[str] | None) -> Iterator[tuple[str, str, int, Path]]:
-    """(directory label, planner, seed, trace file) of every trace under ``dirs``."""
+    """(directory label, planner, seed, trace file) of every trace under ``dirs``; the label
+    is the directory as given, so two runs' directories with the same name stay apart."""
     for d in dirs:
         traces = d / "traces"
         if not traces.is_dir():
@@ -83,7 +84,7 @@ def runs(dirs: list[Path], planners: set[str] | None) -> Iterator[tuple[str, str
         for path in sorted(traces.glob("*.json")):
             m = _TRACE.match(path.name)
             if m and (planners is None or m["planner"] in planners):
-                yield d.name, m["planner"], int(m["seed"]), path
+                yield str(d), m["planner"], int(m["seed"]), path
 
 
 def _cell(row: dict[str, Any] | None) -> str:

@@ -25,7 +25,7 @@ def observe(
     *,
     window: tuple[float, float],
     routed: float,
-    in_flight_change: float = 0.0,
+    in_flight_change: float,
     replicas_up: int,
     replicas_expected: int,
     price_usd_per_h: float,
