@@ -12,8 +12,11 @@ Targets: hetero-3h median ≤ 0.5 s (DESIGN §12); fleet-xl median ≤ 3 s, p95 
 ≤ 3 GiB on 2 cores.
 
     python benchmarks/tick.py [--scenario hetero-3h|fleet-xl] [--seed 0] [--ticks N]
+                              [--set planner.review_every=1 ...]
 
 ``--ticks N`` plans only the first N ticks (a shorter run: jobs arriving later are absent).
+``--set KNOB=VALUE`` sets a ``KoiConfig`` knob by its dotted path (the value read as JSON, so
+the same code can be timed under two settings).
 ``median_tick_cpu_s`` is the same median in CPU seconds of this process, steadier than wall
 time on a shared machine.  ``unchanged_retick_s`` times one more tick on the last snapshot with
 no new telemetry: what a tick costs when nothing changed (the planner takes every candidate's
@@ -37,6 +40,7 @@ import attrs
 import numpy as np
 
 from koi.catalog import load_catalog
+from koi.config import KoiConfig, with_knobs
 from koi.planner import Planner
 from koi.sim import Scenario, load_scenario, resolve_pools, run
 from koi.types import ClusterSnapshot, Observation, Plan
@@ -65,8 +69,8 @@ class TimedPlanner:
 
     name = "koi"
 
-    def __init__(self) -> None:
-        self.planner = Planner()
+    def __init__(self, config: KoiConfig | None = None) -> None:
+        self.planner = Planner(config=config)
         self.seconds: list[float] = []
         self.cpu_seconds: list[float] = []
         self.reference: list[float] = []
@@ -115,17 +119,31 @@ def _p95(xs: Sequence[float]) -> float:
     return sorted(xs)[math.ceil(0.95 * len(xs)) - 1]
 
 
+def _knob(text: str) -> tuple[str, Any]:
+    path, sep, value = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--set {text!r}: expected KNOB=VALUE")
+    try:
+        return path, json.loads(value)
+    except json.JSONDecodeError:
+        return path, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--scenario", default="hetero-3h")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ticks", type=int, default=None, help="plan only the first N ticks")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KNOB=VALUE", help="a KoiConfig knob"
+    )
     args = parser.parse_args()
+    knobs = dict(_knob(s) for s in args.set)
     sc = load_scenario(args.scenario)
     if args.ticks is not None:
         sc = truncated(sc, args.ticks)
     gpus = sum(p.capacity_gpus for p in resolve_pools(sc, tuple(load_catalog().instances)))
-    policy = TimedPlanner()
+    policy = TimedPlanner(with_knobs(KoiConfig(), knobs))
     wall0 = time.perf_counter()
     run(sc, policy, seed=args.seed)
     wall = time.perf_counter() - wall0
@@ -138,6 +156,7 @@ def main() -> None:
     out: dict[str, Any] = {
         "scenario": sc.name,
         "seed": args.seed,
+        "knobs": knobs,
         "ticks": len(policy.seconds),
         "gpus": gpus,
         "jobs_per_snapshot": {"median": statistics.median(policy.jobs), "max": max(policy.jobs)},

@@ -61,6 +61,10 @@ class PlannerConfig:
     ``best_effort_candidates`` ladders on free capacity that carry most of its traffic (then
     the least risky), each worth ``refusal_margin`` times the share it drops less, and
     deferring it is worth ``refusal_margin`` less than the worst of them.
+    A running job with nothing new since its last full review (same ladder and declaration,
+    traffic within ``drift_tolerance``, clear of its bounds, its keep within C3) is only
+    re-checked, keep or stop, and reviewed in full at least every ``review_every`` ticks
+    (``1``: every job every tick; see ``koi.planner._review``).
     ``learning`` and ``causal_graph`` exist for the ablations: without learning the evidence
     state never changes (``koi-frozen``); without the causal graph there are no strata, no
     mechanisms and no exploration, and evidence is pooled fleet-wide (``koi-nograph``).
@@ -81,6 +85,7 @@ class PlannerConfig:
     make_room_jobs: int = attrs.field(default=4, validator=non_negative_int)
     best_effort_candidates: int = attrs.field(default=2, validator=non_negative_int)
     refusal_margin: float = attrs.field(default=1.0, validator=non_negative)
+    review_every: int = attrs.field(default=4, validator=positive_int)
     learning: bool = True
     causal_graph: bool = True
 

@@ -53,8 +53,10 @@ class _Twin:
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
         cold = Planner()
         cold.state = self.warm.state
-        # The observed rates outlive a tick (a job may miss a window's telemetry).
+        # The observed rates outlive a tick (a job may miss a window's telemetry), and so does
+        # what each running job was last reviewed on (which jobs a tick only re-checks).
         cold._observed_rates = dict(self.warm._observed_rates)
+        cold._reviews = dict(self.warm._reviews)
         from_scratch = cold.tick(snapshot, observations).plan
         incremental = self.warm.tick(snapshot, observations).plan
         self.pairs.append((incremental, from_scratch))
@@ -91,6 +93,7 @@ class _Replanner(_Twin):
         cold = Planner()
         cold.state = self.warm.state
         cold._observed_rates = dict(self.warm._observed_rates)
+        cold._reviews = dict(self.warm._reviews)  # what each job was last reviewed on
         cold._progress = dict(self.warm._progress)
         from_scratch = cold.tick(snapshot, ()).plan
         self.replans.append((self.warm.tick(snapshot, ()).plan, from_scratch))

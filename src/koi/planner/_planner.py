@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -73,6 +74,7 @@ from koi.planner._propose import (
     propose_and_evaluate,
 )
 from koi.planner._report import LearnReport, TickResult
+from koi.planner._review import Review, reviewed, settled_jobs
 from koi.planner._safety import finished_jobs, over_capacity, repairs_only, shrunk_ladder
 from koi.planner._state import PlannerState
 from koi.plugins import (
@@ -163,6 +165,7 @@ class Planner:
         self._observed_rates: dict[str, float] = {}
         self._progress: dict[str, Progress] = {}  # batch progress at the last tick
         self._struggling: frozenset[str] = frozenset()  # jobs telemetry shows near their bounds
+        self._reviews: dict[str, Review] = {}  # per running job, what its last full review saw
         self._deadline = TickDeadline()
         self.state_path = Path(state_path) if state_path is not None else None
         # One writer per state file: a second planner would overwrite this one's learning.
@@ -375,11 +378,31 @@ class Planner:
             shared_corrections=self._corrections,
             memo=self._evaluations,
         )
+        # Every job's keep first: it says which running jobs have nothing new to decide.
+        candidates = self._incumbents(running, snapshot, evaluator, over)
+        failing = self._struggling | late.keys()
+        settled = settled_jobs(
+            running,
+            candidates,
+            snapshot,
+            self._reviews,
+            tick=state.tick,
+            every=cfg.planner.review_every,
+            tau=cfg.planner.tau,
+            tolerance=cfg.planner.drift_tolerance,
+            rates=self._observed_rates,
+            unsettled=failing,
+            shrunk_pools=over,
+        )
+        reviewing = [j for j in running if j.id not in settled]
+        held: Counter[str] = Counter()
+        for job_id in settled:
+            held.update(snapshot.current_ladders[job_id].gpus_by_pool())
         books = budget_books(
             self.host,
             self.books,
             snapshot,
-            running,
+            reviewing,
             screener=self.generator.screener,
             gpus=self.gpus,
             reference_costs=refs,
@@ -387,12 +410,12 @@ class Planner:
             errors=errors,
             deadline_s=deadline.plan_by,
             corrections=evaluator.corrections,
+            held=held,
         )
         watch.lap("S4_books")
-        candidates = self._incumbents(running, snapshot, evaluator, over)
         graph = cfg.planner.causal_graph
         propose_and_evaluate(
-            running,
+            reviewing,
             candidates,
             host=self.host,
             evaluator=evaluator,
@@ -402,13 +425,16 @@ class Planner:
                 j.id: job_mechanisms(
                     j, state.mechanisms, snapshot, gpus=self.gpus, models=self.models
                 )
-                for j in running
+                for j in reviewing
             },
             evidence=state.evidence if graph else None,
             cfg=cfg,
             errors=errors,
             deadline=deadline,
             late=late,
+        )
+        self._reviews = reviewed(
+            self._reviews, running, snapshot, settled=settled, rates=self._observed_rates
         )
         watch.lap("S4_S5_propose_evaluate")
         if not deadline.passed:
@@ -422,7 +448,6 @@ class Planner:
             if job.id in late:  # its ladder misses the deadline, whatever the prediction says
                 keep = snapshot.current_ladders[job.id]
                 mine[keep] = evaluator.evaluate(job, keep, key="keep", breach_floor=1.0)
-        failing = self._struggling | late.keys()
         for job_id in failing & snapshot.current_ladders.keys():
             current, mine = snapshot.current_ladders[job_id], candidates[job_id]
             on_over = any(p in over for p in current.gpus_by_pool())

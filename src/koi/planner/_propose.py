@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
+import attrs
+
 from koi.beliefs import Beta, EdgeKey, EvidenceStore
 from koi.candidates import Corrections, ProposalContext, Screener, at_risk_outcomes
 from koi.config import KoiConfig
@@ -58,9 +60,11 @@ def budget_books(
     errors: list[str],
     deadline_s: float | None = None,
     corrections: Callable[[Job], Corrections] | None = None,
+    held: Mapping[str, int] | None = None,
 ) -> Mapping[str, BudgetBook]:
     """The host's books when a plugin gives them (by ``deadline_s``), else the root planner's
-    LP (paper §2.6), each job's demand sized with its ``corrections`` in force."""
+    LP (paper §2.6), each job's demand sized with its ``corrections`` in force, over the
+    pools' GPUs less those ``held`` by jobs left out of ``jobs`` (per pool)."""
     from_host = host.budget_books(snapshot, deadline_s=deadline_s)
     if from_host is not None:
         return from_host
@@ -79,8 +83,13 @@ def budget_books(
             demands.append(d)
     if not demands:
         return {}
+    held = held or {}
+    capacities = [
+        attrs.evolve(c, capacity_gpus=max(c.capacity_gpus - held.get(c.pool_id, 0), 0))
+        for c in pool_capacities(snapshot)
+    ]
     try:
-        return books.solve(demands, pool_capacities(snapshot))
+        return books.solve(demands, capacities)
     except KoiError as exc:
         errors.append(f"budget books: {exc}; proposing over every pool")
         return {}
