@@ -433,9 +433,10 @@ class Planner:
             deadline=deadline,
             late=late,
         )
-        self._reviews = reviewed(
-            self._reviews, running, snapshot, settled=settled, rates=self._observed_rates
-        )
+        if not deadline.passed:  # proposals cut short reviewed only some jobs: none count
+            self._reviews = reviewed(
+                self._reviews, running, snapshot, settled=settled, rates=self._observed_rates
+            )
         watch.lap("S4_S5_propose_evaluate")
         if not deadline.passed:
             replay_short_lists(running, candidates, evaluator)
