@@ -3,9 +3,9 @@
 A fleet's tick costs what its jobs' proposals, books and replays cost, and most running jobs
 have nothing new to decide: they run the ladder their last review chose, on traffic it was
 sized for, clear of their bounds.  Such a job is *settled*; a tick re-predicts its keep ladder
-(under the corrections in force, through C3) and leaves it out of the proposal rounds, the
-budget books' LP (whose capacities exclude what settled jobs hold) and the replayed short
-lists.  Admission and the joint selection still see it, with its keep and stop candidates, so
+(under the corrections in force, through C3, replayed like every keep) and leaves it out of
+the proposal rounds and the budget books' LP (whose capacities exclude what settled jobs
+hold).  Admission and the joint selection still see it, with its keep and stop candidates, so
 it can give up GPUs to make room.
 
 A running job is reviewed in full when anything of its own changed since its last full
