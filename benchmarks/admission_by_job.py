@@ -4,7 +4,8 @@ traces ``koi bench --out DIR`` writes (``DIR/traces/<planner>-seed<seed>.json``)
 Online admission is the mean over online jobs of the share of offered requests finished
 (``koi.sim.online_admission``), so one job finishing a tenth of its requests costs the
 aggregate as much as ten jobs finishing 91 %.  Per online job this prints that share, the
-share finished within both SLO bounds, and the GPU-hours the job held; per batch job whether
+share finished within both SLO bounds, and the GPU-hours the job held (requests still
+running when the run ended count as neither, as the evaluator has them); per batch job whether
 it met its deadline and the share of its requests completed by then.  JSON (one object per
 planner, seed and job) by default, or a table with a column per run::
 
@@ -53,6 +54,9 @@ def job_rows(trace: Trace) -> Iterator[dict[str, Any]]:
             t["done"] += w.finished
             t["ok"] += w.slo_ok
             t["gpu_h"] += w.gpus * hours
+    for job_id, n in trace.in_flight.items():  # running at the end: neither served nor refused
+        if job_id in totals:
+            totals[job_id]["offered"] -= n
     for job_id in sorted(trace.online_jobs):
         o = totals.get(job_id)
         if o is None or o["offered"] <= 0:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import attrs
 import pytest
 
 from koi.sim import (
@@ -70,6 +71,14 @@ def _trace(batch_done: float | None = 150.0) -> Trace:
         batch=(batch,),
         reference_cost_per_token_usd=1e-4,
     )
+
+
+def test_requests_running_at_the_end_are_neither_served_nor_refused() -> None:
+    trace = attrs.evolve(_trace(), in_flight={"a": 20.0, "c": 5.0})
+    m = evaluate(trace)
+    assert m.online_admission == pytest.approx((180 / 180 + 0.0) / 2)
+    assert m.ttft_attainment == pytest.approx(160 / 380)
+    assert m.batch_progress == pytest.approx(0.5)  # batch jobs are not online: untouched
 
 
 def test_metrics_follow_the_definitions() -> None:

@@ -251,6 +251,31 @@ def test_make_before_break_keeps_serving() -> None:
     assert later.gpus == 1
 
 
+def test_a_swap_hands_its_requests_in_flight_to_the_new_chain() -> None:
+    """Long outputs on sampled windows (each replayed request stands for thirty): the
+    replaced chain still runs requests when the new one takes over, with too little of the
+    window left to finish them.  They move to the new chain and finish there, and those
+    running when the run ends are left out of what was offered, so every request is
+    finished, dropped (before the first launch) or still running.  Lost with the old chain,
+    they were 12 % of the job's traffic."""
+    body = (
+        pool_toml(instances=2)
+        + pool_toml(instance="other", instances=1)
+        + online_job_toml(rate=2, out=1500, tpot=200)
+    )
+    cfg = attrs.evolve(
+        RELIABLE, sampling=attrs.evolve(RELIABLE.sampling, max_requests_per_window=20)
+    )
+    result = run(tiny(body), _Switcher((1, Config())), seed=0, cfg=cfg)
+    assert result.trace.ticks[1].swaps == 1
+    in_flight = result.trace.in_flight["chat"]
+    assert in_flight > 300
+    windows = [w for t in result.trace.ticks for w in t.jobs]
+    offered = sum(w.offered for w in windows)
+    done = sum(w.finished + w.dropped for w in windows)
+    assert done + in_flight == pytest.approx(offered, rel=0.005)
+
+
 def test_break_before_make_when_full() -> None:
     """Moving within a full pool cannot overlap: the job goes dark while the new chain loads."""
     body = pool_toml(instances=1) + online_job_toml(rate=5)

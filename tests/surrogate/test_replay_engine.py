@@ -325,6 +325,30 @@ def test_removing_a_replica_requeues_its_work() -> None:
     assert w.requeued == 0
 
 
+def test_hand_over_moves_every_unfinished_request_once() -> None:
+    reqs = sample_requests(workload(20.0), np.random.default_rng(3), 0.0, 10.0)
+    old = ReplayEngine([spec(batch=16)], Routing.LEAST_LOADED)
+    new = ReplayEngine([spec(), spec()], Routing.LEAST_LOADED, start_s=0.0)
+    old.submit(reqs)
+    first = old.advance(4.0)
+    new.advance(4.0)
+    backlog, future = old.backlog, old.pending_arrivals
+    assert old.running > 0
+    assert future > 0
+    assert old.hand_over(new) == backlog + future
+    assert old.n_replicas == 0
+    assert old.backlog == old.pending_arrivals == 0
+    assert old.advance(100.0).finished == 0
+    rest = new.advance(10_000.0)
+    assert new.backlog == 0
+    ids = [*first.request_ids, *rest.request_ids]
+    assert sorted(ids) == sorted(r.id for r in reqs)  # each finishes once, ids and arrivals kept
+    assert rest.requeued == backlog
+    assert min(rest.arrival_s) < 4.0  # latencies still count from the first arrival
+    with pytest.raises(InvalidInput, match="itself"):
+        new.hand_over(new)
+
+
 def test_set_replicas_keeps_unchanged_positions() -> None:
     a, b = spec(), spec(per_seq=2e-4)
     eng = ReplayEngine([a, a], Routing.ROUND_ROBIN)

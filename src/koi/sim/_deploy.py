@@ -80,6 +80,13 @@ class Deployment:
             1 for r in self.replicas if r.ready_s <= x and (r.vanish_s is None or x < r.vanish_s)
         )
 
+    def ends_by(self, x: float) -> bool:
+        """Whether the chain serves nothing after world time ``x``: stopped (replaced or
+        finished) or every replica gone by then.  The next tick discards it."""
+        if self.stop_s is not None and self.stop_s <= x:
+            return True
+        return all(r.vanish_s is not None and r.vanish_s <= x for r in self.replicas)
+
     def change_points(self) -> list[float]:
         """World times at which :meth:`up_at` may change."""
         out = [r.ready_s for r in self.replicas]

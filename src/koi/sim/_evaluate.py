@@ -76,6 +76,8 @@ def evaluate(trace: Trace) -> Metrics:
     meeting both bounds plus batch tokens of jobs that met their deadline, per second of the
     run), ``G_off`` the offered output-token rate, ``c_slo`` the whole provisioned fleet's cost
     per SLO token and ``c_ref`` the cheapest truth cost per token for the offered mix.
+    Online requests still running at the end of the run (``trace.in_flight``) count in neither
+    the admission nor the attainment rates.
     """
     online = set(trace.online_jobs)
     served: set[str] = set()
@@ -101,6 +103,11 @@ def evaluate(trace: Trace) -> Metrics:
                 tpot_ok += w.tpot_ok
                 slo_tok += w.slo_tokens
                 dropped += w.dropped
+    # Requests still running when the run ended are censored: neither served nor refused.
+    for job_id, n in trace.in_flight.items():
+        if job_id in online:
+            job_offered[job_id] -= n
+            offered -= n
     batch = trace.batch
     batch_tok = sum(b.output_tokens for b in batch if b.met_deadline)
     requested_tok = sum(b.requested_tokens for b in batch)

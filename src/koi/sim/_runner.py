@@ -185,6 +185,7 @@ def run(
         ticks=tuple(ticks),
         batch=world.batch_records(),
         reference_cost_per_token_usd=world.reference_cost_per_token_usd,
+        in_flight=world.in_flight(),
     )
     return RunResult(
         scenario=sc.name,

@@ -48,6 +48,23 @@ class Serving:
             windows.append(win)
         return observations, windows
 
+    def in_flight(self) -> dict[str, float]:
+        """Online requests admitted to a batch and not finished, per job (world counts).
+
+        What a chain has running is a level: a real fleet ends a run with a few seconds of
+        requests in flight, but each replayed request stands for ``scale`` real ones, so
+        counted as unserved they cost a job several percent of its run (docs/evaluation.md).
+        """
+        out: dict[str, float] = {}
+        for s in self._jobs.values():
+            if not s.job.is_online:
+                continue
+            engines = [d.engine for d in s.deployments + s.outgoing if d.engine is not None]
+            ids = [i for engine in engines for i in engine.running_ids()]
+            if ids:
+                out[s.job.id] = float(self._weights(s, np.asarray(ids)).sum())
+        return out
+
     def _scale(self, s: JobState, span: float, rate: float) -> float:
         sc = self.cfg.sampling
         if rate <= 0:
@@ -119,6 +136,8 @@ class Serving:
             if st is not None:
                 stats[id(d)] = st
         win = self._account(s, (t0, t1, e0, scale), deps, stats, (offered, offered_tok, dropped))
+        if job.is_online:
+            self._hand_over(deps, t1)
         obs = [
             self._observe(
                 s, d, stats[id(d)], (t0, t1), routed_n[id(d)] * scale, win.batch_completed
@@ -127,6 +146,26 @@ class Serving:
             if id(d) in stats
         ]
         return obs, win
+
+    @staticmethod
+    def _hand_over(deps: list[Deployment], t1: float) -> None:
+        """Requests still on chains that serve nothing after ``t1`` go to the job's chain that
+        serves most, as a router re-sends a retired chain's requests.
+
+        Without this, the requests in flight on a replaced chain were lost with it, each
+        standing for ``scale`` real ones although what a chain has in flight is a level, not
+        a flow: on hetero-3h a swap cost a steady job up to two windows of its traffic.  Only
+        a chain with replicas up takes them; with none (a break-before-make swap still
+        launching, or a stopped job) they are lost, as in a real fleet.
+        """
+        ending = [d.engine for d in deps if d.engine is not None and d.ends_by(t1)]
+        serving = [d for d in deps if d.engine_reps and not d.ends_by(t1)]
+        if not ending or not serving:
+            return
+        to = max(serving, key=lambda d: d.capacity_req_s * len(d.engine_reps)).engine
+        assert to is not None  # a chain with replicas in its engine has one
+        for engine in ending:
+            engine.hand_over(to)
 
     def _batch_topups(self, s: JobState, deps: list[Deployment]) -> dict[int, int]:
         """Re-arm each batch deployment's closed loop with the work not yet done or in flight.

@@ -79,7 +79,12 @@ class BatchRecord:
 
 @attrs.frozen
 class Trace:
-    """Everything the evaluator needs from one run."""
+    """Everything the evaluator needs from one run.
+
+    ``in_flight`` counts, per online job, the requests still running (admitted to a batch)
+    when the run ended: neither served nor refused, so the evaluator leaves them out of what
+    was offered.  Traces written before it existed load with none.
+    """
 
     scenario: str
     policy: str
@@ -89,3 +94,4 @@ class Trace:
     ticks: tuple[TickRecord, ...]
     batch: tuple[BatchRecord, ...]
     reference_cost_per_token_usd: float
+    in_flight: Mapping[str, float] = attrs.field(factory=dict)

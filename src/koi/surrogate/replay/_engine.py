@@ -184,6 +184,10 @@ class ReplayEngine:
         """Engine iterations executed so far, summed over current replicas."""
         return sum(r.it for r in self._reps)
 
+    def running_ids(self) -> list[int]:
+        """Ids of the requests admitted to a batch and not finished."""
+        return [seq.id for r in self._reps for seq in r.running.values()]
+
     @property
     def pending_arrivals(self) -> int:
         """Submitted requests whose arrival time has not been reached yet."""
@@ -317,6 +321,36 @@ class ReplayEngine:
         gone.extend(old[len(new) :])
         self._reps = new
         self._requeue(gone)
+
+    def hand_over(self, to: ReplayEngine) -> int:
+        """Move every unfinished open-loop request to ``to``, as a router re-sends a retired
+        chain's requests to the chain that replaces it; returns how many moved.
+
+        This engine's replicas are removed first (their requests requeue as by
+        :meth:`remove_replica`), so it is left empty.  Held and future requests go to ``to``
+        keeping their arrival, first-token time and generated tokens, and ``to`` routes them
+        at once (at its own clock, which should equal this one's).  Closed-loop requests stay
+        behind: their source re-issues lost work.
+        """
+        if to is self:
+            raise InvalidInput("to: an engine cannot hand its requests over to itself")
+        gone, self._reps = self._reps, []
+        self._requeue(gone)
+        moved = [seq for seq in self._held if not seq.fed]
+        self.on_queue(self._now, -len(self._held))
+        self._held = []
+        future = [item for item in self._arr if not item[3]]
+        self._arr = [item for item in self._arr if item[3]]
+        heapq.heapify(self._arr)
+        for seq in moved:
+            to._uid += 1
+            seq.uid = to._uid  # running requests are keyed by uid on their replica
+        to._held.extend(moved)
+        to.acc.requeued += len(moved)
+        to.on_queue(to._now, len(moved))
+        to._route_held()
+        to.submit(req for _, _, req, _ in future)
+        return len(moved) + len(future)
 
     def _requeue(self, gone: list[_Replica]) -> None:
         now = self._now
