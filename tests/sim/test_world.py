@@ -276,6 +276,35 @@ def test_a_swap_hands_its_requests_in_flight_to_the_new_chain() -> None:
     assert done + in_flight == pytest.approx(offered, rel=0.005)
 
 
+@pytest.mark.parametrize("notice", [False, True])
+def test_a_preempted_rank_hands_its_requests_to_the_other_rank(notice: bool) -> None:
+    """A two-rank ladder whose spot rank is preempted (announced: it runs to the next tick
+    and is then discarded).  Its requests finish on the on-demand rank; nothing is lost."""
+    body = (
+        pool_toml(instances=1, market="spot")
+        + pool_toml(instance="other", instances=1)
+        + online_job_toml(rate=2, out=1500, tpot=200)
+        + "[[events]]\nat_min = 10\nkind = 'preemption'\n"
+        + f"pool = 'lab/r1/spot/box'\ninstances = 1\nnotice = {str(notice).lower()}\n"
+    )
+
+    def two_ranks(snapshot: ClusterSnapshot, job_id: str) -> Ladder:
+        del job_id
+        chains = [Chain("Llama-3.1-8B", p.environment, Config()) for p in snapshot.pools]
+        return Ladder(tuple(Rank(c, 1) for c in chains))
+
+    cfg = attrs.evolve(
+        RELIABLE, sampling=attrs.evolve(RELIABLE.sampling, max_requests_per_window=20)
+    )
+    policy = Fixed(two_ranks)
+    result = run(tiny(body), policy, seed=0, cfg=cfg)
+    assert policy.seen[-1][0].current_ladders["chat"].replicas == 1
+    windows = [w for t in result.trace.ticks for w in t.jobs]
+    offered = sum(w.offered for w in windows)
+    done = sum(w.finished + w.dropped for w in windows)
+    assert done + result.trace.in_flight["chat"] == pytest.approx(offered, rel=0.005)
+
+
 def test_break_before_make_when_full() -> None:
     """Moving within a full pool cannot overlap: the job goes dark while the new chain loads."""
     body = pool_toml(instances=1) + online_job_toml(rate=5)

@@ -145,6 +145,14 @@ class Deployment:
         self.engine_reps.pop(i)
         rep.in_engine = False
 
+    def hand_over(self, to: ReplayEngine) -> None:
+        """Send every request this chain still holds to ``to``; it serves nothing more."""
+        if self.engine is not None:
+            self.engine.hand_over(to)
+        for r in self.engine_reps:
+            r.in_engine = False
+        self.engine_reps = []
+
     def rebuild(self) -> None:
         """Re-create every replica's step model (after the truth changed): a rolling restart."""
         if self.engine is not None and self.engine_reps:

@@ -158,14 +158,14 @@ class Serving:
         a chain with replicas up takes them; with none (a break-before-make swap still
         launching, or a stopped job) they are lost, as in a real fleet.
         """
-        ending = [d.engine for d in deps if d.engine is not None and d.ends_by(t1)]
+        ending = [d for d in deps if d.engine is not None and d.ends_by(t1)]
         serving = [d for d in deps if d.engine_reps and not d.ends_by(t1)]
         if not ending or not serving:
             return
         to = max(serving, key=lambda d: d.capacity_req_s * len(d.engine_reps)).engine
         assert to is not None  # a chain with replicas in its engine has one
-        for engine in ending:
-            engine.hand_over(to)
+        for d in ending:
+            d.hand_over(to)
 
     def _batch_topups(self, s: JobState, deps: list[Deployment]) -> dict[int, int]:
         """Re-arm each batch deployment's closed loop with the work not yet done or in flight.
