@@ -330,15 +330,15 @@ class ReplayEngine:
         :meth:`remove_replica`), so it is left empty.  Held and future requests go to ``to``
         keeping their arrival, first-token time and generated tokens, and ``to`` routes them
         at once (at its own clock, which should equal this one's).  Closed-loop requests stay
-        behind: their source re-issues lost work.
+        here, held: a closed loop's source re-issues what its engine lost.
         """
         if to is self:
             raise InvalidInput("to: an engine cannot hand its requests over to itself")
         gone, self._reps = self._reps, []
         self._requeue(gone)
         moved = [seq for seq in self._held if not seq.fed]
-        self.on_queue(self._now, -len(self._held))
-        self._held = []
+        self._held = [seq for seq in self._held if seq.fed]
+        self.on_queue(self._now, -len(moved))
         future = [item for item in self._arr if not item[3]]
         self._arr = [item for item in self._arr if item[3]]
         heapq.heapify(self._arr)
