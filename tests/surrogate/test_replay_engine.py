@@ -344,7 +344,12 @@ def test_hand_over_moves_every_unfinished_request_once() -> None:
     ids = [*first.request_ids, *rest.request_ids]
     assert sorted(ids) == sorted(r.id for r in reqs)  # each finishes once, ids and arrivals kept
     assert rest.requeued == backlog
-    assert min(rest.arrival_s) < 4.0  # latencies still count from the first arrival
+    # The requests keep their first arrival; the new engine's own latencies count from 4 s.
+    assert min(rest.arrival_s) < 4.0
+    here = rest.first_token_s > 4.0
+    engine_ttft = (rest.first_token_s - np.maximum(rest.arrival_s, 4.0))[here] * 1e3
+    assert sorted(rest.ttft_ms) == pytest.approx(sorted(engine_ttft))
+    assert len(rest.tpot_ms) < int((rest.output_tokens > 1).sum())
     with pytest.raises(InvalidInput, match="itself"):
         new.hand_over(new)
 

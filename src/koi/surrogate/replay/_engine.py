@@ -47,6 +47,7 @@ class _Acc:
         "compute",
         "f_arr",
         "f_end",
+        "f_entered",
         "f_first",
         "f_id",
         "f_in",
@@ -75,6 +76,7 @@ class _Acc:
         self.f_arr: list[float] = []
         self.f_first: list[float] = []
         self.f_end: list[float] = []
+        self.f_entered: list[float] = []
         self.f_in: list[int] = []
         self.f_out: list[int] = []
 
@@ -345,6 +347,7 @@ class ReplayEngine:
         for seq in moved:
             to._uid += 1
             seq.uid = to._uid  # running requests are keyed by uid on their replica
+            seq.entered = to._now
         to._held.extend(moved)
         to.acc.requeued += len(moved)
         to.on_queue(to._now, len(moved))
@@ -389,6 +392,7 @@ class ReplayEngine:
         acc.f_arr.append(seq.arrival)
         acc.f_first.append(seq.first)
         acc.f_end.append(t)
+        acc.f_entered.append(seq.entered)
         acc.f_in.append(seq.inp)
         acc.f_out.append(seq.out)
         if seq.fed:
@@ -509,16 +513,17 @@ class ReplayEngine:
         per = replica_s if replica_s > 0 else duration
         # Ages of requests without a first token, in the same order as before (queues can
         # hold thousands under overload: comprehensions, not appends).
-        ages = [until - seq.arrival for seq in self._held if seq.first < 0.0]
+        ages = [until - seq.entered for seq in self._held if seq.first < 0.0]
         running = 0
         for r in self._reps:
             running += len(r.running)
-            ages += [until - seq.arrival for seq in r.waiting if seq.first < 0.0]
-            ages += [until - seq.arrival for seq in r.prefilling if seq.first < 0.0]
+            ages += [until - seq.entered for seq in r.waiting if seq.first < 0.0]
+            ages += [until - seq.entered for seq in r.prefilling if seq.first < 0.0]
         f_first = np.array(acc.f_first, dtype=float)
         f_end = np.array(acc.f_end, dtype=float)
         f_out = np.array(acc.f_out, dtype=float)
-        multi = f_out > 1
+        # The engine's own TPOT leaves out requests whose first token came from another one.
+        multi = (f_out > 1) & (f_first >= np.array(acc.f_entered, dtype=float))
         tpot = (f_end[multi] - f_first[multi]) / (f_out[multi] - 1) * 1e3
         stats = WindowStats(
             start_s=start,

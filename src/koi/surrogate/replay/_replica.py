@@ -93,6 +93,7 @@ class _Seq:
         "arrival",
         "chunk",
         "done",
+        "entered",
         "fed",
         "first",
         "gen",
@@ -124,6 +125,7 @@ class _Seq:
         self.uid = uid
         self.id = rid
         self.arrival = arrival
+        self.entered = arrival  # when this engine got it (later for a handed-over request)
         self.inp = inp
         self.out = out
         self.fed = fed
@@ -494,7 +496,7 @@ class _Replica:
                         acc.tokens += 1
                         if seq.first < 0.0:
                             seq.first = e
-                            acc.ttft.append((e - seq.arrival) * 1e3)
+                            acc.ttft.append((e - seq.entered) * 1e3)
                         if seq.gen >= seq.out:
                             del running[seq.uid]
                             self.load -= 1

@@ -38,7 +38,11 @@ class WindowStats:
         ``output_tokens`` describe every request that *finished* in the window; ``tpot_ms`` is
         ``(finish - first token) / (output - 1)`` over those with more than one output token.
         ``ttft_ms`` is over every request whose *first token* came in the window, so a long
-        generation does not hide its TTFT until it ends.
+        generation does not hide its TTFT until it ends.  ``ttft_ms``, ``tpot_ms`` and the
+        unserved ages are what this engine measured: a request handed over from another
+        engine (:meth:`ReplayEngine.hand_over`) counts from when it arrived here, and its TPOT
+        is left out when its first token came from the other; the per-request times keep
+        its original arrival and first token.
     Unserved work
         ``unserved`` requests (queued, prefilling or held without a replica) had no first token
         at ``end_s``; ``unserved_age_ms`` holds their ages (lower bounds of their TTFTs) and
