@@ -26,7 +26,7 @@ from koi.baselines import (
     correction_key,
     make_policy,
 )
-from koi.candidates import observed_rates
+from koi.candidates import OutputLengths, observed_rates, with_observed_output
 from koi.catalog import load_catalog
 from koi.sim import build_world
 from koi.surrogate import Surrogate
@@ -75,10 +75,15 @@ def _running(planner: str) -> tuple[ClusterSnapshot, Ladder]:
 
 
 def _window(
-    snap: ClusterSnapshot, ladder: Ladder, *, rate_x: float = 1.0, latency_x: float = 1.0
+    snap: ClusterSnapshot,
+    ladder: Ladder,
+    *,
+    rate_x: float = 1.0,
+    latency_x: float = 1.0,
+    output_x: float = 1.0,
 ) -> list[Observation]:
     """What the surrogate predicts the ladder reports at ``rate_x`` times the declared rate,
-    with both p99s ``latency_x`` times the prediction."""
+    with both p99s ``latency_x`` times the prediction and ``output_x`` times the tokens."""
     job = snap.job(_JOB)
     pred = _SURROGATE.predict(job, ladder)
     rate = (job.workload.rate_rps or 0.0) * rate_x
@@ -86,7 +91,10 @@ def _window(
     for rp in pred.ranks:
         o = rp.outcomes
         outcomes = attrs.evolve(
-            o, p99_ttft_ms=o.p99_ttft_ms * latency_x, p99_tpot_ms=o.p99_tpot_ms * latency_x
+            o,
+            p99_ttft_ms=o.p99_ttft_ms * latency_x,
+            p99_tpot_ms=o.p99_tpot_ms * latency_x,
+            throughput_tok_s=o.throughput_tok_s * output_x,
         )
         out.append(
             Observation(
@@ -130,6 +138,13 @@ def test_plan_follows_the_observed_request_rate(planner: str) -> None:
     assert drifted.ladder.replicas > ladder.replicas
 
 
+@pytest.mark.parametrize("planner", ["rolling-milp", "feedback-milp"])
+def test_plan_follows_the_observed_output_length(planner: str) -> None:
+    plain, longer, ladder = _plans(planner, windows=3, output_x=3.0)
+    assert longer.ladder != plain.ladder
+    assert longer.ladder.replicas > ladder.replicas
+
+
 @pytest.mark.parametrize(("planner", "windows"), [("feedback-milp", 1), ("thompson", 6)])
 def test_plan_follows_the_observed_latency(planner: str, windows: int) -> None:
     plain, slow, _ = _plans(planner, windows=windows, latency_x=3.0)
@@ -145,6 +160,24 @@ def test_observed_rates_and_drift_rule() -> None:
     assert tk.observe(snap, _window(snap, ladder, rate_x=1.1)) is snap  # within tolerance
     planned = tk.observe(snap, _window(snap, ladder, rate_x=2.0)).job(_JOB)
     assert (planned.workload.rate_rps or 0) >= 2 * (job.workload.rate_rps or 0)
+
+
+def test_output_lengths_need_three_windows_and_only_raise_the_declaration() -> None:
+    snap, ladder = _running("rolling-milp")
+    job = snap.job(_JOB)
+    declared = job.workload.output_len.mean
+    lengths = OutputLengths()
+    for k in range(3):
+        assert lengths.mean(_JOB) is None
+        lengths.update(_window(snap, ladder, output_x=2.0))
+        assert k < 2 or lengths.mean(_JOB) is not None
+    seen = lengths.mean(_JOB)
+    assert seen is not None
+    longer = with_observed_output(job, seen, tolerance=0.15)
+    assert 2.0 * declared * 0.95 < longer.workload.output_len.mean <= 2.0 * declared * 1.1
+    assert longer.workload.output_len.max == job.workload.output_len.max
+    assert with_observed_output(job, 1.1 * declared, tolerance=0.15) is job
+    assert with_observed_output(job, 0.5 * declared, tolerance=0.15) is job  # never shorter
 
 
 def test_feedback_milp_learns_a_smoothed_factor_per_stratum() -> None:

@@ -4,6 +4,7 @@ exactly as a fresh planner given the same state plans it from scratch."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import attrs
@@ -56,6 +57,7 @@ class _Twin:
         # The observed rates outlive a tick (a job may miss a window's telemetry), and so does
         # what each running job was last reviewed on (which jobs a tick only re-checks).
         cold._observed_rates = dict(self.warm._observed_rates)
+        cold._output_lengths = copy.deepcopy(self.warm._output_lengths)
         cold._reviews = dict(self.warm._reviews)
         from_scratch = cold.tick(snapshot, observations).plan
         incremental = self.warm.tick(snapshot, observations).plan
@@ -93,6 +95,7 @@ class _Replanner(_Twin):
         cold = Planner()
         cold.state = self.warm.state
         cold._observed_rates = dict(self.warm._observed_rates)
+        cold._output_lengths = copy.deepcopy(self.warm._output_lengths)
         cold._reviews = dict(self.warm._reviews)  # what each job was last reviewed on
         cold._progress = dict(self.warm._progress)
         from_scratch = cold.tick(snapshot, ()).plan

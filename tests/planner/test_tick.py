@@ -270,6 +270,35 @@ def test_workload_drift_seen_in_telemetry_resizes_the_job() -> None:
     assert after > before
 
 
+def test_longer_outputs_seen_in_telemetry_are_planned_for() -> None:
+    """The snapshot keeps the declared output length; three windows of telemetry show each
+    request generating twice the tokens (the requests and their rate unchanged).  The job is
+    then planned for twice the output tokens per second: its candidates' predicted throughput
+    doubles against a twin fed the plain windows."""
+    demand = []
+    for tokens_x in (1.0, 2.0):
+        world = World(
+            [chat_job(rate=4.0)], pools(gpus=("L40S",), per_pool=8), truth=lambda _c: SLOW
+        )
+        planner = Planner(catalog=CATALOG)
+        world.apply(planner.tick(world.snapshot()).plan)
+        for _ in range(3):
+            window = [
+                attrs.evolve(
+                    o,
+                    outcomes=attrs.evolve(
+                        o.outcomes, throughput_tok_s=tokens_x * o.outcomes.throughput_tok_s
+                    ),
+                )
+                for o in world.advance()
+            ]
+            result = planner.tick(world.snapshot(), window)
+            world.apply(result.plan)
+        served = [c.outcomes for c in result.candidates_for("chat") if c.outcomes is not None]
+        demand.append(max(o.throughput_tok_s for o in served))
+    assert demand[1] == pytest.approx(2 * demand[0], rel=0.1)
+
+
 def test_a_fleet_whose_jobs_all_finished_gets_stop_actions() -> None:
     done = attrs.evolve(
         chat_job(),

@@ -21,6 +21,7 @@ import attrs
 
 from koi.candidates import (
     CandidateGenerator,
+    OutputLengths,
     ProposalContext,
     ProposerConfig,
     SizedOption,
@@ -28,6 +29,7 @@ from koi.candidates import (
     observed_rates,
     place,
     risk_price,
+    with_observed_output,
     with_observed_rate,
 )
 from koi.scoring import (
@@ -195,6 +197,7 @@ class Toolkit:
     calls: int = 0
     drift_tolerance: float = DRIFT_TOLERANCE
     observed_rps: dict[str, float] = attrs.field(factory=dict)
+    output_lengths: OutputLengths = attrs.field(factory=OutputLengths)
     corrections: Callable[[Chain], RankCorrection] | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -208,11 +211,18 @@ class Toolkit:
     def observe(
         self, snapshot: ClusterSnapshot, observations: Sequence[Observation]
     ) -> ClusterSnapshot:
-        """Record the window's request rates; the snapshot with every online job planned for
-        its observed rate (koi's drift rule, :func:`koi.candidates.with_observed_rate`)."""
+        """Record the window's request rates and output lengths; the snapshot with every
+        online job planned for what it was observed to carry (koi's drift rules,
+        :func:`koi.candidates.with_observed_rate` and ``with_observed_output``)."""
         self.observed_rps.update(observed_rates(observations))
+        self.output_lengths.update(observations)
+        tolerance = self.drift_tolerance
         jobs = [
-            with_observed_rate(j, self.observed_rps.get(j.id), tolerance=self.drift_tolerance)
+            with_observed_output(
+                with_observed_rate(j, self.observed_rps.get(j.id), tolerance=tolerance),
+                self.output_lengths.mean(j.id),
+                tolerance=tolerance,
+            )
             for j in snapshot.jobs
         ]
         if all(a is b for a, b in zip(jobs, snapshot.jobs, strict=True)):

@@ -43,7 +43,14 @@ from koi.candidates._screen import (
     largest_shapes,
     meets_target,
 )
-from koi.candidates._sizing import RATE_STEP, observed_rates, replicas_for, with_observed_rate
+from koi.candidates._sizing import (
+    RATE_STEP,
+    OutputLengths,
+    observed_rates,
+    replicas_for,
+    with_observed_output,
+    with_observed_rate,
+)
 
 __all__ = [
     "MISSED_TARGET_RANK",
@@ -54,6 +61,7 @@ __all__ = [
     "Corrections",
     "Focus",
     "Option",
+    "OutputLengths",
     "ProposalContext",
     "ProposerConfig",
     "Screener",
@@ -77,6 +85,7 @@ __all__ = [
     "replicas_for",
     "risk_price",
     "routing_matters",
+    "with_observed_output",
     "with_observed_rate",
     "with_routing",
 ]

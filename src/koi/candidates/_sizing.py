@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Sequence
 
 import attrs
 
 from koi.candidates._config import ProposerConfig
-from koi.types import Job, Observation
+from koi.types import Job, Observation, Outcome
 
-__all__ = ["RATE_STEP", "observed_rates", "replicas_for", "with_observed_rate"]
+__all__ = [
+    "RATE_STEP",
+    "OutputLengths",
+    "observed_rates",
+    "replicas_for",
+    "with_observed_output",
+    "with_observed_rate",
+]
 
 #: Observed rates are rounded up to this geometric grid (5 %), so that a drifting job's
 #: screens and sizings stay cached across ticks.
@@ -46,6 +54,54 @@ def with_observed_rate(job: Job, observed_rps: float | None, *, tolerance: float
         return job
     rate = declared * RATE_STEP ** math.ceil(math.log(observed_rps / declared, RATE_STEP))
     return attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=rate))
+
+
+def with_observed_output(job: Job, observed_tokens: float | None, *, tolerance: float) -> Job:
+    """``job`` planned for the output lengths its requests really have when their mean
+    exceeds the declared one by more than ``tolerance`` (the rate's rule: the declaration is
+    the floor, and the mean is rounded up on the same grid).  The declared maximum stays."""
+    dist = job.workload.output_len
+    if not job.is_online or observed_tokens is None:
+        return job
+    if observed_tokens <= dist.mean * (1 + tolerance):
+        return job
+    mean = dist.mean * RATE_STEP ** math.ceil(math.log(observed_tokens / dist.mean, RATE_STEP))
+    longer = attrs.evolve(dist, mean=min(mean, float(dist.max)))
+    return attrs.evolve(job, workload=attrs.evolve(job.workload, output_len=longer))
+
+
+@attrs.define
+class OutputLengths:
+    """Each job's mean output tokens per completed request, as its last ``windows`` windows
+    of telemetry show it: tokens generated (throughput times the window) over requests
+    completed.  Telemetry rarely reports lengths, but every source reports both of these.
+
+    One window is noisy — a growing queue delays completions, not tokens — so a job's mean
+    needs ``windows`` windows and is taken over their sums.
+    """
+
+    windows: int = 3
+    _log: dict[str, deque[tuple[float, float]]] = attrs.field(factory=dict, alias="log")
+
+    def update(self, observations: Sequence[Observation]) -> None:
+        """Add one window's observations (every rank of a job counts toward its window)."""
+        window: dict[str, tuple[float, float]] = {}
+        for o in observations:
+            tput = o.measured(Outcome.THROUGHPUT.value)
+            if tput is None or o.completed <= 0:
+                continue
+            tokens, done = window.get(o.job_id, (0.0, 0.0))
+            window[o.job_id] = (tokens + tput * (o.end_s - o.start_s), done + o.completed)
+        for job_id, sums in window.items():
+            self._log.setdefault(job_id, deque(maxlen=self.windows)).append(sums)
+
+    def mean(self, job_id: str) -> float | None:
+        """The job's mean output tokens, or ``None`` before ``windows`` windows of it."""
+        log = self._log.get(job_id)
+        if log is None or len(log) < self.windows:
+            return None
+        done = sum(d for _, d in log)
+        return sum(t for t, _ in log) / done if done > 0 else None
 
 
 def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:

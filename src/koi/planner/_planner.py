@@ -35,7 +35,13 @@ import pluggy
 
 from koi.beliefs import EdgeKey, Stratum
 from koi.calibration import CalibrationState
-from koi.candidates import CandidateGenerator, observed_rates, with_observed_rate
+from koi.candidates import (
+    CandidateGenerator,
+    OutputLengths,
+    observed_rates,
+    with_observed_output,
+    with_observed_rate,
+)
 from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
 from koi.dag import admit_mechanism, default_dag
@@ -163,6 +169,7 @@ class Planner:
         self._corrections = SharedCorrections()  # per chain, for every job, across ticks
         self._evaluations = EvaluationMemo()  # per job and candidate, while nothing changed
         self._observed_rates: dict[str, float] = {}
+        self._output_lengths = OutputLengths()
         self._progress: dict[str, Progress] = {}  # batch progress at the last tick
         self._struggling: frozenset[str] = frozenset()  # jobs telemetry shows near their bounds
         self._reviews: dict[str, Review] = {}  # per running job, what its last full review saw
@@ -247,6 +254,7 @@ class Planner:
             state, learned = self._learn(state, snapshot, obs, errors)  # S2 + S3
             watch.lap("S2_S3_learn")
             self._observed_rates.update(observed_rates(obs))
+            self._output_lengths.update(obs)
             self._struggling = struggling(obs, snapshot.jobs, self.config.proposer.risk_margin)
             deadline.check("learning")
             result = self._plan(snapshot, state, learned, errors, watch)  # S4–S6
@@ -490,11 +498,13 @@ class Planner:
     def _as_planned(
         self, job: Job, snapshot: ClusterSnapshot, state: PlannerState, *, late_rps: float | None
     ) -> Job:
-        """The job as S4–S6 plan it: an online job at its observed rate when that drifted up,
-        a late batch job for the work its ladder really gets through."""
+        """The job as S4–S6 plan it: an online job at its observed rate and output length
+        when those drifted up, a late batch job for the work its ladder really gets through."""
         if job.is_online:
             tolerance = self.config.planner.drift_tolerance
-            return with_observed_rate(job, self._observed_rates.get(job.id), tolerance=tolerance)
+            job = with_observed_rate(job, self._observed_rates.get(job.id), tolerance=tolerance)
+            tokens = self._output_lengths.mean(job.id)
+            return with_observed_output(job, tokens, tolerance=tolerance)
         ladder = snapshot.current_ladders.get(job.id)
         if late_rps is None or ladder is None:
             return job
