@@ -52,8 +52,13 @@ def with_observed_rate(job: Job, observed_rps: float | None, *, tolerance: float
         return job
     if observed_rps <= declared * (1 + tolerance):
         return job
-    rate = declared * RATE_STEP ** math.ceil(math.log(observed_rps / declared, RATE_STEP))
+    rate = _on_grid(observed_rps, declared)
     return attrs.evolve(job, workload=attrs.evolve(job.workload, rate_rps=rate))
+
+
+def _on_grid(observed: float, declared: float) -> float:
+    """``observed`` rounded up to the ``RATE_STEP`` grid through ``declared``."""
+    return declared * RATE_STEP ** math.ceil(math.log(observed / declared, RATE_STEP))
 
 
 def with_observed_output(job: Job, observed_tokens: float | None, *, tolerance: float) -> Job:
@@ -65,8 +70,7 @@ def with_observed_output(job: Job, observed_tokens: float | None, *, tolerance: 
         return job
     if observed_tokens <= dist.mean * (1 + tolerance):
         return job
-    mean = dist.mean * RATE_STEP ** math.ceil(math.log(observed_tokens / dist.mean, RATE_STEP))
-    longer = attrs.evolve(dist, mean=min(mean, float(dist.max)))
+    longer = attrs.evolve(dist, mean=min(_on_grid(observed_tokens, dist.mean), float(dist.max)))
     return attrs.evolve(job, workload=attrs.evolve(job.workload, output_len=longer))
 
 
@@ -74,14 +78,14 @@ def with_observed_output(job: Job, observed_tokens: float | None, *, tolerance: 
 class OutputLengths:
     """Each job's mean output tokens per completed request, as its last ``windows`` windows
     of telemetry show it: tokens generated (throughput times the window) over requests
-    completed.  Telemetry rarely reports lengths, but every source reports both of these.
+    completed: an :class:`~koi.types.Observation` carries no lengths, but it carries both.
 
     One window is noisy — a growing queue delays completions, not tokens — so a job's mean
     needs ``windows`` windows and is taken over their sums.
     """
 
     windows: int = 3
-    _log: dict[str, deque[tuple[float, float]]] = attrs.field(factory=dict, alias="log")
+    _log: dict[str, deque[tuple[float, float]]] = attrs.field(factory=dict)
 
     def update(self, observations: Sequence[Observation]) -> None:
         """Add one window's observations (every rank of a job counts toward its window)."""

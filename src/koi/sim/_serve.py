@@ -158,8 +158,13 @@ class Serving:
         a chain with replicas up takes them; with none (a break-before-make swap still
         launching, or a stopped job) they are lost, as in a real fleet.
         """
-        ending = [d for d in deps if d.engine is not None and d.ends_by(t1)]
-        serving = [d for d in deps if d.engine_reps and not d.ends_by(t1)]
+        ending: list[Deployment] = []
+        serving: list[Deployment] = []
+        for d in deps:
+            if d.ends_by(t1):
+                ending.append(d)
+            elif d.engine_reps:
+                serving.append(d)
         if not ending or not serving:
             return
         to = max(serving, key=lambda d: d.capacity_req_s * len(d.engine_reps)).engine
