@@ -77,12 +77,12 @@ def test_spot_preemption_counts_as_risk() -> None:
 
 
 def test_a_ladder_near_its_capacity_is_a_risk_even_when_its_p99s_are_within_bounds() -> None:
-    # Bounds so loose that the predicted p99s at 94 % of one replica's capacity (TTFT ~22 s,
-    # TPOT ~90 ms) are far inside them: only the chance that the replica cannot carry the
+    # Bounds so loose that the predicted p99s at 94 % of one replica's capacity (TTFT ~15 s,
+    # TPOT ~66 ms) are far inside them: only the chance that the replica cannot carry the
     # traffic makes the single replica risky, and C3 takes two.
     job = attrs.evolve(
         JOB,
-        workload=attrs.evolve(JOB.workload, rate_rps=16.0),
+        workload=attrs.evolve(JOB.workload, rate_rps=14.4),
         target=attrs.evolve(JOB.target, p99_ttft_ms=60_000.0, p99_tpot_ms=500.0),
     )
     ev = _evaluator(Planner.initial_state(KoiConfig()))

@@ -307,6 +307,12 @@ def _batch_at(
     return hi
 
 
+# Halvings of the saturation rate's bracket: its width falls to a millionth of the
+# decode-only rate, far below any difference a prediction shows.
+_SATURATION_HALVINGS = 20
+# Iterations of a closed loop's decoding share at one request rate.
+_DECODING_ITERATIONS = 3
+
 #: One replica at saturation: its batch, output tokens per second, iteration mix, and the memo
 #: of batch shapes every estimate of the load shares (see :data:`ShapeMemo`).
 Saturation = tuple[float, float, _Mix, ShapeMemo]
@@ -321,9 +327,19 @@ def saturation(load: RankLoad) -> Saturation:
     b = _max_batch(load, ctx)
     memo: ShapeMemo = {}
     st = _steps(load, b, ctx, inp, memo)  # the batch shape is fixed: only the prefill rate moves
-    mix = _mix_of(load, 0.0, st, b, ctx, inp)
-    for _ in range(8):  # requests finish at b / (O·s) per second and each brings I prompt tokens
-        mix = _mix_of(load, b / (out * mix.mean_s), st, b, ctx, inp)
+    # Requests finish at λ = b / (O·s(λ)) per second and each brings I prompt tokens, so the
+    # mean step s grows with λ and λ·O·s(λ) = b has one root.  Bisection, not iterating the
+    # map: for long prompts (a chunk step ten times a decode step) the map alternates between
+    # a decode-only and an all-prefill step and never settles, and stopping on the decode-only
+    # side overstated a replica's capacity twofold.
+    lo, hi = 0.0, b / (out * parts_time(st.dec))  # s(λ) is at least the decode-only step
+    for _ in range(_SATURATION_HALVINGS):
+        mid = (lo + hi) / 2
+        if mid * out * _mix_of(load, mid, st, b, ctx, inp).mean_s < b:
+            lo = mid
+        else:
+            hi = mid
+    mix = _mix_of(load, lo, st, b, ctx, inp)
     return b, b / mix.mean_s, mix, memo
 
 
@@ -449,15 +465,21 @@ def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -
     n_run = min(concurrency, b_max)
     if load.input_len.cv == 0 and load.output_len.cv == 0:
         return _closed_loop_waves(load, concurrency, n_run, cap)
-    decoding = n_run
-    mix = _mix(load, 0.0, decoding, ctx, inp, memo)
-    ttft, wait = _ttft(mix, 0.0)
-    rate = n_run / (ttft + (out - 1) * mix.mean_s)
-    for _ in range(30):  # fixed point on the iteration mix and the request rate
-        decoding = n_run * (out - 1) * mix.mean_s / (ttft + (out - 1) * mix.mean_s)
-        mix = _mix(load, rate, max(decoding, 0.0), ctx, inp, memo)
-        ttft, wait = _ttft(mix, 0.0)
-        rate = n_run / (ttft + (out - 1) * mix.mean_s)
+    # The request rate solves λ·(TTFT(λ) + (O − 1)·s(λ)) = n (each running client completes
+    # one request per cycle); the cycle grows with λ, so bisect from the rate of an idle mix.
+    # Iterating the map instead alternates for long prompts (see :func:`saturation`).
+    lo = 0.0
+    decoding, mix, ttft, wait = _closed_loop_mix(load, 0.0, n_run, ctx, inp, memo)
+    hi = n_run / (ttft + (out - 1) * mix.mean_s)
+    for _ in range(_SATURATION_HALVINGS):
+        mid = (lo + hi) / 2
+        decoding, mix, ttft, wait = _closed_loop_mix(load, mid, n_run, ctx, inp, memo)
+        if mid * (ttft + (out - 1) * mix.mean_s) < n_run:
+            lo = mid
+        else:
+            hi = mid
+    rate = lo
+    decoding, mix, ttft, wait = _closed_loop_mix(load, rate, n_run, ctx, inp, memo)
     queued = max(concurrency - n_run, 0.0)
     slot_wait = queued / rate  # Little's law on the requests waiting for a batch slot
     mix99 = _mix(load, rate, decoding, ctx, quantile(load.input_len, 0.99), memo)
@@ -479,6 +501,23 @@ def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -
         busy_fraction=1.0,
         step=StepTime(*mix.mean),
     )
+
+
+def _closed_loop_mix(
+    load: RankLoad, rate: float, n_run: float, ctx: float, inp: float, memo: ShapeMemo
+) -> tuple[float, _Mix, float, float]:
+    """``(decoding, mix, ttft, wait)`` of ``n_run`` clients at request rate ``rate``: the
+    decoding share of the clients is their decode time over the cycle, a fixed point that
+    settles (the mean step grows slowly with the batch)."""
+    out = load.output_len.mean
+    decoding = n_run
+    mix = _mix(load, rate, decoding, ctx, inp, memo)
+    ttft, wait = _ttft(mix, 0.0)
+    for _ in range(_DECODING_ITERATIONS):
+        decoding = n_run * (out - 1) * mix.mean_s / (ttft + (out - 1) * mix.mean_s)
+        mix = _mix(load, rate, max(decoding, 0.0), ctx, inp, memo)
+        ttft, wait = _ttft(mix, 0.0)
+    return decoding, mix, ttft, wait
 
 
 def _closed_loop_waves(

@@ -1,0 +1,91 @@
+"""The closed form's two rate fixed points — a replica at saturation, and a closed loop of
+clients — are solved, not iterated: for long prompts (a chunk-carrying step many times a
+decode step) iterating the maps alternated between a decode-only and an all-prefill step and
+stopped on the decode-only side, about twice the capacity the step model allows."""
+
+from __future__ import annotations
+
+import pytest
+from tests._support.specs import gpus, models
+
+from koi.surrogate import Surrogate
+from koi.surrogate._analytic import (
+    RankLoad,
+    _estimate_closed_loop,
+    _mix,
+    estimate_open_loop,
+    saturation,
+)
+from koi.surrogate.replay import parts_time
+from koi.types import Config, LengthDist, Quant
+
+
+def _load(inp: int, out: int, *, budget: int = 8192) -> RankLoad:
+    """Llama-3.1-70B in FP8 on four H100s, the shape of a summarization service."""
+    sur = Surrogate(gpus(), models())
+    config = Config(tp=4, quant=Quant.FP8)
+    step, _ = sur.step_model(sur.gpus["H100-SXM"], sur.models["Llama-3.1-70B"], config)
+    return RankLoad(
+        step,
+        kv_capacity_tokens=670_000,
+        max_batch_size=256,
+        max_batched_tokens=budget,
+        input_len=LengthDist(inp, 0.3, 2 * inp),
+        output_len=LengthDist(out, 0.4, 4 * out),
+    )
+
+
+_SHAPES = [(24_000, 600), (20_000, 500), (6_000, 300), (800, 200), (200, 1_000)]
+
+
+@pytest.mark.parametrize(("inp", "out"), _SHAPES)
+def test_saturation_solves_its_fixed_point(inp: int, out: int) -> None:
+    """At the capacity returned, requests finish at b / (O·s) per second with s the mean step
+    of that very rate (to the step model's rounding)."""
+    load = _load(inp, out)
+    b, cap, _, memo = saturation(load)
+    rate = cap / out
+    s = _mix(load, rate, b, inp + out / 2, inp, memo).mean_s
+    assert rate * out * s == pytest.approx(b, rel=0.01)
+
+
+def test_long_prompts_are_bound_by_prefill() -> None:
+    """Every request brings 24K prompt tokens: a replica completes no more requests per second
+    than its token budget prefills, one full-budget step at a time."""
+    inp, out = 24_000, 600
+    load = _load(inp, out)
+    b, cap, _, _ = saturation(load)
+    budget = load.max_batched_tokens - b
+    full = load.parts(round(budget), budget * inp / 2, round(b), round(b * (inp + out / 2)))
+    assert cap / out <= budget / (inp * parts_time(full)) * 1.01
+
+
+@pytest.mark.parametrize(("inp", "out"), _SHAPES)
+def test_open_loop_capacity_is_monotone_in_the_rate(inp: int, out: int) -> None:
+    """At 70 % of the capacity the offered tokens are served; 20 % past it p99 TTFT is
+    higher (the old iteration's optimistic side put saturation where a replica was still
+    all prefill, so a rate past the real capacity read as comfortably below it)."""
+    load = _load(inp, out)
+    sat = saturation(load)
+    cap = sat[1]
+    low = estimate_open_loop(load, 0.7 * cap / out, 300.0, sat=sat)
+    high = estimate_open_loop(load, 1.2 * cap / out, 300.0, sat=sat)
+    assert low.throughput_tok_s == pytest.approx(0.7 * cap)
+    assert high.p99_ttft_ms > low.p99_ttft_ms
+
+
+@pytest.mark.parametrize(("inp", "out"), _SHAPES)
+@pytest.mark.parametrize("clients", [4, 16, 64])
+def test_closed_loop_cycle(inp: int, out: int, clients: int) -> None:
+    """Each running client completes one request per cycle (its TTFT, then O − 1 decode steps),
+    and a closed loop completes no faster than the replica's saturation (no thrashing charged:
+    the cycle alone)."""
+    load = _load(inp, out)
+    sat = saturation(load)
+    est = _estimate_closed_loop(load, clients, sat)
+    running = min(clients, sat[0])
+    rate = est.throughput_tok_s / out
+    slot_wait = max(clients - running, 0.0) / rate
+    cycle = est.p50_ttft_ms / 1e3 - slot_wait + (out - 1) * est.step.time_s
+    assert rate * cycle == pytest.approx(running, rel=0.01)
+    assert est.throughput_tok_s <= sat[1] * 1.01
