@@ -307,9 +307,9 @@ def _batch_at(
     return hi
 
 
-# Halvings of the saturation rate's bracket: its width falls to a millionth of the
-# decode-only rate, far below any difference a prediction shows.
-_SATURATION_HALVINGS = 20
+# Halvings of a rate fixed point's bracket (saturation, a closed loop): its width falls to a
+# millionth of its upper end, far below any difference a prediction shows.
+_RATE_HALVINGS = 20
 # Iterations of a closed loop's decoding share at one request rate.
 _DECODING_ITERATIONS = 3
 
@@ -333,7 +333,7 @@ def saturation(load: RankLoad) -> Saturation:
     # a decode-only and an all-prefill step and never settles, and stopping on the decode-only
     # side overstated a replica's capacity twofold.
     lo, hi = 0.0, b / (out * parts_time(st.dec))  # s(λ) is at least the decode-only step
-    for _ in range(_SATURATION_HALVINGS):
+    for _ in range(_RATE_HALVINGS):
         mid = (lo + hi) / 2
         if mid * out * _mix_of(load, mid, st, b, ctx, inp).mean_s < b:
             lo = mid
@@ -471,7 +471,7 @@ def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -
     lo = 0.0
     decoding, mix, ttft, wait = _closed_loop_mix(load, 0.0, n_run, ctx, inp, memo)
     hi = n_run / (ttft + (out - 1) * mix.mean_s)
-    for _ in range(_SATURATION_HALVINGS):
+    for _ in range(_RATE_HALVINGS):
         mid = (lo + hi) / 2
         decoding, mix, ttft, wait = _closed_loop_mix(load, mid, n_run, ctx, inp, memo)
         if mid * (ttft + (out - 1) * mix.mean_s) < n_run:
