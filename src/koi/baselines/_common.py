@@ -3,12 +3,12 @@
 The toolkit gives a baseline exactly what koi's planner has — the surrogate, the default
 proposer's screened and sized configurations (with the proposer's later-round headroom), the
 scoring functions, and the telemetry koi sizes with: an online job whose observed request rate
-exceeds its declaration by more than koi's drift tolerance is planned for the observed rate,
-by koi's own rule (:func:`koi.candidates.with_observed_rate`) — but none of koi's evidence,
-risk band or exploration.  :func:`safe_plan` replays the host's admission checks (C1 capacity
-in whole instances, C2 feasibility with the job's precision policy, one chain per ladder, the
-job's own model) in the host's order, so a baseline never sends an action the simulated fleet
-would reject.
+or output length exceeds its declaration by more than koi's drift tolerance is planned for
+what was observed, by koi's own rules (:func:`koi.candidates.with_observed`) — but none of
+koi's evidence, risk band or exploration.  :func:`safe_plan` replays the host's admission
+checks (C1 capacity in whole instances, C2 feasibility with the job's precision policy, one
+chain per ladder, the job's own model) in the host's order, so a baseline never sends an
+action the simulated fleet would reject.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from koi.candidates import (
     observed_rates,
     place,
     risk_price,
-    with_observed_output,
-    with_observed_rate,
+    with_observed,
 )
 from koi.scoring import (
     JobTerms,
@@ -213,15 +212,15 @@ class Toolkit:
     ) -> ClusterSnapshot:
         """Record the window's request rates and output lengths; the snapshot with every
         online job planned for what it was observed to carry (koi's drift rules,
-        :func:`koi.candidates.with_observed_rate` and ``with_observed_output``)."""
+        :func:`koi.candidates.with_observed`)."""
         self.observed_rps.update(observed_rates(observations))
         self.output_lengths.update(observations)
-        tolerance = self.drift_tolerance
         jobs = [
-            with_observed_output(
-                with_observed_rate(j, self.observed_rps.get(j.id), tolerance=tolerance),
+            with_observed(
+                j,
+                self.observed_rps.get(j.id),
                 self.output_lengths.mean(j.id),
-                tolerance=tolerance,
+                tolerance=self.drift_tolerance,
             )
             for j in snapshot.jobs
         ]

@@ -48,6 +48,7 @@ from koi.candidates._sizing import (
     OutputLengths,
     observed_rates,
     replicas_for,
+    with_observed,
     with_observed_output,
     with_observed_rate,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "replicas_for",
     "risk_price",
     "routing_matters",
+    "with_observed",
     "with_observed_output",
     "with_observed_rate",
     "with_routing",

@@ -16,6 +16,7 @@ __all__ = [
     "OutputLengths",
     "observed_rates",
     "replicas_for",
+    "with_observed",
     "with_observed_output",
     "with_observed_rate",
 ]
@@ -72,6 +73,16 @@ def with_observed_output(job: Job, observed_tokens: float | None, *, tolerance: 
         return job
     longer = attrs.evolve(dist, mean=min(_on_grid(observed_tokens, dist.mean), float(dist.max)))
     return attrs.evolve(job, workload=attrs.evolve(job.workload, output_len=longer))
+
+
+def with_observed(
+    job: Job, observed_rps: float | None, observed_tokens: float | None, *, tolerance: float
+) -> Job:
+    """``job`` under both drift rules: planned for the request rate and the output length its
+    telemetry shows where they exceed the declaration (:func:`with_observed_rate`,
+    :func:`with_observed_output`).  koi's planner and every surrogate baseline apply it."""
+    job = with_observed_rate(job, observed_rps, tolerance=tolerance)
+    return with_observed_output(job, observed_tokens, tolerance=tolerance)
 
 
 @attrs.define

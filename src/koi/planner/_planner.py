@@ -39,8 +39,7 @@ from koi.candidates import (
     CandidateGenerator,
     OutputLengths,
     observed_rates,
-    with_observed_output,
-    with_observed_rate,
+    with_observed,
 )
 from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
@@ -501,10 +500,12 @@ class Planner:
         """The job as S4–S6 plan it: an online job at its observed rate and output length
         when those drifted up, a late batch job for the work its ladder really gets through."""
         if job.is_online:
-            tolerance = self.config.planner.drift_tolerance
-            job = with_observed_rate(job, self._observed_rates.get(job.id), tolerance=tolerance)
-            tokens = self._output_lengths.mean(job.id)
-            return with_observed_output(job, tokens, tolerance=tolerance)
+            return with_observed(
+                job,
+                self._observed_rates.get(job.id),
+                self._output_lengths.mean(job.id),
+                tolerance=self.config.planner.drift_tolerance,
+            )
         ladder = snapshot.current_ladders.get(job.id)
         if late_rps is None or ladder is None:
             return job
