@@ -25,6 +25,7 @@ from koi.types import (
     Config,
     JobAction,
     Ladder,
+    Outcome,
     Plan,
     Rank,
 )
@@ -104,6 +105,28 @@ def test_a_sampled_window_counts_requests_in_flight_once() -> None:
     assert windows[0].mediators.queue_depth < 1
     for o in windows:
         assert o.completed == pytest.approx(o.requests, rel=0.1)
+
+
+def test_a_window_in_which_no_request_finished_reports_no_tpot() -> None:
+    """Outputs that take longer than the sampled window: no request of the launch window
+    finishes in it, so it has no TPOT sample.  It is reported missing (a real source has no
+    data), not as a p99 TPOT of 0 ms that a planner would read as a perfect rank; p99 TTFT
+    was measured, and the SLO margin is taken over it."""
+    sc = tiny(pool_toml(instances=2) + online_job_toml(rate=8, out=4000, tpot=200), minutes=15)
+    policy = Fixed(one_rank("Llama-3.1-8B"))
+    cfg = attrs.evolve(
+        RELIABLE, sampling=attrs.evolve(RELIABLE.sampling, max_requests_per_window=200)
+    )
+    run(sc, policy, seed=0, cfg=cfg)
+    first, *later = [o for _, obs in policy.seen for o in obs]
+    assert first.measured(Outcome.TPOT) is None
+    assert "p99_tpot_ms" in first.missing
+    ttft = first.measured(Outcome.TTFT)
+    assert ttft is not None
+    assert ttft > 0
+    assert first.measured(Outcome.SLO_MARGIN) == pytest.approx(min(1.0, (1000 - ttft) / 1000))
+    assert later
+    assert all(o.measured(Outcome.TPOT) for o in later)  # measured once some finish
 
 
 @pytest.mark.parametrize("notice", [False, True])

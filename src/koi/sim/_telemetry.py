@@ -8,13 +8,9 @@ import numpy as np
 
 from koi.sim._config import SimConfig
 from koi.surrogate.replay import WindowStats
-from koi.types import Chain, Job, Mediators, Observation, Outcomes
+from koi.types import Chain, Job, Mediators, Observation, Outcome, Outcomes
 
 __all__ = ["observe", "request_outcomes"]
-
-
-def _finite(x: float) -> float:
-    return 0.0 if math.isnan(x) else x
 
 
 def observe(
@@ -42,30 +38,42 @@ def observe(
     multiply the change in the rank's running requests by the window's scale, though the
     running set is a level (the caller passes ``(scale - 1) ×`` that change).
     p99 TTFT counts the ages of still-waiting requests as censored samples, so a backlog shows.
+    A p99 with no sample in the window (no request finished: p99 TPOT; none arrived or
+    waited: p99 TTFT) is reported missing, as a real source reports no data, and the SLO
+    margin is taken over the latencies measured (missing too when neither was).
     """
     t0, t1 = window
     engine_span = st.duration_s if st.duration_s > 0 else 1.0
     tput = st.output_tokens_generated / engine_span
     cost = price_usd_per_h / 3600.0 / tput * 1e6 if tput > 0 else math.inf
-    ttft = _finite(st.p99_ttft_with_unserved_ms())
-    tpot = _finite(st.p99(st.tpot_ms))
+    ttft = st.p99_ttft_with_unserved_ms()
+    tpot = st.p99(st.tpot_ms)
+    missing = [
+        name
+        for name, value in ((Outcome.TTFT.value, ttft), (Outcome.TPOT.value, tpot))
+        if math.isnan(value)
+    ]
     healthy = replicas_up >= replicas_expected and replicas_up > 0
     if job.is_online:
         t_b = job.target.p99_ttft_ms or math.inf
         p_b = job.target.p99_tpot_ms or math.inf
-        margin = min((t_b - ttft) / t_b, (p_b - tpot) / p_b)
-        healthy = healthy and ttft <= cfg.unhealthy_ttft_factor * t_b
+        gaps = [(b - y) / b for y, b in ((ttft, t_b), (tpot, p_b)) if not math.isnan(y)]
+        margin = min(gaps) if gaps else math.nan
+        if not gaps:
+            missing.append(Outcome.SLO_MARGIN.value)
+        healthy = healthy and (math.isnan(ttft) or ttft <= cfg.unhealthy_ttft_factor * t_b)
     else:
         remaining, done = batch_left
         left = (job.target.deadline_s or t1) - t1
         rate = done / max(t1 - t0, 1e-9)
         need = remaining / rate if rate > 0 else (0.0 if remaining <= 0 else math.inf)
         margin = (left - need) / max(abs(left), tick_s)
-    margin = (
-        min(1.0, max(cfg.slo_margin_floor, margin))
-        if math.isfinite(margin)
-        else (cfg.slo_margin_floor)
-    )
+    if math.isnan(margin):
+        margin = 0.0  # a placeholder: reported missing
+    elif math.isfinite(margin):
+        margin = min(1.0, max(cfg.slo_margin_floor, margin))
+    else:
+        margin = cfg.slo_margin_floor
     return Observation(
         job_id=job.id,
         chain=chain,
@@ -76,8 +84,8 @@ def observe(
         replicas_up=replicas_up,
         outcomes=Outcomes(
             cost_per_mtok_usd=cost,
-            p99_ttft_ms=ttft,
-            p99_tpot_ms=tpot,
+            p99_ttft_ms=0.0 if math.isnan(ttft) else ttft,  # placeholders when missing
+            p99_tpot_ms=0.0 if math.isnan(tpot) else tpot,
             throughput_tok_s=tput,
             slo_margin=margin,
         ),
@@ -95,6 +103,7 @@ def observe(
             prefix_hit_rate=st.prefix_hit_rate,
         ),
         healthy=healthy,
+        missing=tuple(missing),
     )
 
 
