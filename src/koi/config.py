@@ -94,7 +94,12 @@ class PlannerConfig:
 class CorrectionConfig:
     """``window`` implied factors are kept per (stratum, variable); ``min_samples`` are needed
     before a correction applies; factors are clipped to ``[1/max_factor, max_factor]`` and
-    rounded to a relative grid of ``quantum`` (so repeated predictions hit the cache).  When a
+    rounded to a relative grid of ``quantum`` (so repeated predictions hit the cache).  The
+    step times and the p99 latency factors are clipped below at ``min_factor`` instead: the
+    surrogate's steps sit near a roofline a real step cannot beat by much (its capacity bias
+    against the measured world is within ±0.35 in log on every GPU type), so a window that
+    implies a step many times faster measures something else (a prediction past saturation,
+    a backlog the world hid) — learned as it was, a 32B model decoded at 2 ms a token.  When a
     stratum's corrections move by more than ``recalibration`` (relative), its CUSUM detectors
     restart: the old predictor's residuals must not accumulate against the new one.  The step
     corrections in force change only when the estimate moves by more than ``hysteresis``.
@@ -112,6 +117,7 @@ class CorrectionConfig:
     window: int = attrs.field(default=12, validator=positive_int)
     min_samples: int = attrs.field(default=1, validator=positive_int)
     max_factor: float = attrs.field(default=20.0, validator=positive)
+    min_factor: float = attrs.field(default=0.5, validator=positive)
     quantum: float = attrs.field(default=0.02, validator=positive)
     recalibration: float = attrs.field(default=0.1, validator=positive)
     hysteresis: float = attrs.field(default=0.05, validator=positive)

@@ -68,6 +68,8 @@ _FLOORS: Mapping[str, float] = {
     Mediator.PREEMPTION_RATE.value: 0.05,
 }
 _FRACTION_FLOOR = 0.02
+#: The factors no window takes below ``CorrectionConfig.min_factor`` (its docstring says why).
+_FLOORED = frozenset((*_STEPS, _TTFT, _TPOT))
 
 
 @attrs.frozen
@@ -163,7 +165,8 @@ class CorrectionStore:
             if predicted + floor <= 0 or observed + floor <= 0:
                 continue
             implied = in_force * (observed + floor) / (predicted + floor)
-            implied = min(cfg.max_factor, max(1.0 / cfg.max_factor, implied))
+            least = cfg.min_factor if variable in _FLOORED else 1.0 / cfg.max_factor
+            implied = min(cfg.max_factor, max(least, implied))
             key = (stratum, variable)
             index[key] = (*index.get(key, ()), implied)[-cfg.window :]
         return CorrectionStore._from_index(index)
