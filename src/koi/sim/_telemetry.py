@@ -58,9 +58,9 @@ def observe(
         t_b = job.target.p99_ttft_ms or math.inf
         p_b = job.target.p99_tpot_ms or math.inf
         gaps = [(b - y) / b for y, b in ((ttft, t_b), (tpot, p_b)) if not math.isnan(y)]
-        margin = min(gaps) if gaps else math.nan
         if not gaps:
             missing.append(Outcome.SLO_MARGIN.value)
+        margin = min(gaps, default=math.nan)
         healthy = healthy and (math.isnan(ttft) or ttft <= cfg.unhealthy_ttft_factor * t_b)
     else:
         remaining, done = batch_left
