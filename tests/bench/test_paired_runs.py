@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "paired_runs.py"
+from tests._support.scripts import benchmark
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("paired_runs", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark("paired_runs")
 
 
 def _write(d: Path, seed: int, composite: float, planner: str = "koi") -> None:

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "telemetry_bias.py"
+from tests._support.scripts import benchmark
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("telemetry_bias", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return benchmark("telemetry_bias")
 
 
 def test_reports_every_served_online_job(
