@@ -43,8 +43,7 @@ def load(dirs: Iterable[Path], planner: str) -> Runs:
     for d in dirs:
         for path in sorted((d / "traces").glob(f"{planner}-seed*.json")):
             record = json.loads(path.read_text())
-            if record["policy"] == planner:
-                out[(record["scenario"], int(record["seed"]))] = record["metrics"]
+            out[(record["scenario"], int(record["seed"]))] = record["metrics"]
     return out
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from koi.baselines import make_policy
+from koi.baselines import REFERENCE, make_policy
 from koi.catalog import load_catalog
 from koi.sim import Policy, build_world, run
 from koi.types import ClusterSnapshot, Observation, Plan
@@ -55,7 +55,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--planner", default="koi")
     args = ap.parse_args()
-    world = build_world(args.scenario, seed=args.seed)  # for the planners that see the truth
+    # Only the references see the truth, as in ``koi bench``.
+    world = build_world(args.scenario, seed=args.seed) if args.planner in REFERENCE else None
     policy = _Recorded(
         make_policy(args.planner, catalog=load_catalog(), seed=args.seed, world=world)
     )

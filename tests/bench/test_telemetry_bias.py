@@ -4,23 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from types import ModuleType
 
 import pytest
 from tests._support.scripts import benchmark
 
-
-def _module() -> ModuleType:
-    return benchmark("telemetry_bias")
+TELEMETRY_BIAS = benchmark("telemetry_bias")
 
 
 def test_reports_every_served_online_job(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    mod = _module()
     argv = ["telemetry_bias.py", "--scenario", "smoke", "--seed", "0", "--planner", "fcfs"]
     monkeypatch.setattr(sys, "argv", argv)
-    mod.main()
+    TELEMETRY_BIAS.main()
     out = json.loads(capsys.readouterr().out)
     assert out["planner"] == "fcfs"
     assert set(out["jobs"]) == {"agent-30b", "chat-8b", "mod-1b"}
