@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -15,9 +16,11 @@ from koi.bench import (
     claims,
     format_claims,
     run_bench,
+    world_config,
 )
 from koi.cli import main
 from koi.errors import InvalidInput
+from koi.sim import SimConfig
 
 
 def _rec(planner: str, seed: int, **metrics: float) -> dict[str, Any]:
@@ -102,3 +105,43 @@ def test_cli_seed_start(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> No
     captured = capsys.readouterr()
     assert "from seed 4" in captured.err
     assert "seed=4" in captured.err
+
+
+def test_bench_passes_the_worlds_sampling_to_every_run() -> None:
+    asked: list[int | None] = []
+
+    def worker(task: RunTask) -> dict[str, Any]:
+        asked.append(task.replay_requests)
+        return _rec(task.planner, task.seed)
+
+    result = run_bench("smoke", ["fcfs", "edf"], seeds=2, jobs=1, worker=worker, replay_requests=40)
+    assert asked == [40, 40, 40, 40]
+    assert result.to_dict()["replay_requests"] == 40
+    assert world_config(None) == SimConfig()
+    assert world_config(40).sampling.max_requests_per_window == 40
+    with pytest.raises(InvalidInput, match="replay-requests"):
+        run_bench("smoke", ["fcfs"], seeds=1, worker=worker, replay_requests=0)
+
+
+def test_a_world_replaying_every_request_is_a_different_world(
+    tmp_path: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """smoke's chat job carries more than 40 requests a window: sampled at 40, replayed in full
+    with ``all``; the command line names the world it ran on."""
+    results = {}
+    for replay in ("40", "all"):
+        out = tmp_path / replay
+        argv = ["bench", "--scenario", "smoke", "--planners", "fcfs", "--seeds", "1"]
+        argv += ["--jobs", "1", "--no-plots", "--out", str(out), "--replay-requests", replay]
+        assert main(argv) == 0
+        results[replay] = json.loads((out / "results.json").read_text())
+        assert results[replay]["command"].endswith(f"--replay-requests {replay}")
+    sampled, full = (results[r]["planners"]["fcfs"] for r in ("40", "all"))
+    assert sampled["ttft_attainment"] != full["ttft_attainment"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--scenario", "smoke", "--replay-requests", "0"])
+    assert exc.value.code == 2
+    assert "--replay-requests: expected a positive integer or 'all', got '0'" in (
+        capsys.readouterr().err
+    )

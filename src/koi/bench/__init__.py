@@ -25,6 +25,7 @@ from koi.bench._runner import (
     run_bench,
     run_one,
     run_tasks,
+    world_config,
 )
 from koi.bench._sweep import Sweep, SweepResult, load_sweep, parse_sweep, run_sweep, sweep_line
 from koi.bench._table import COLUMNS, format_table
@@ -59,5 +60,6 @@ __all__ = [
     "run_sweep",
     "run_tasks",
     "sweep_line",
+    "world_config",
     "write_report",
 ]

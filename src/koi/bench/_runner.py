@@ -16,7 +16,7 @@ import attrs
 
 from koi.bench._executor import ExecutorSpec, open_executor
 from koi.errors import InvalidInput
-from koi.sim import Scenario
+from koi.sim import Scenario, SimConfig
 
 __all__ = [
     "DEVELOPMENT_SEEDS",
@@ -30,6 +30,7 @@ __all__ = [
     "run_bench",
     "run_one",
     "run_tasks",
+    "world_config",
 ]
 
 #: The seeds koi was developed against; results on them are not evidence.
@@ -67,7 +68,9 @@ class RunTask:
 
     The scenario travels loaded, so a worker on another machine needs no scenario file.
     ``keep_trace`` returns the full trace under ``"trace"``; ``verbose`` prints a line per
-    tick to the worker's stderr.
+    tick to the worker's stderr.  ``replay_requests`` sets how many requests of a job's window
+    the world replays before it samples (:class:`~koi.sim.SamplingConfig`'s
+    ``max_requests_per_window``; ``None``: the world's default).
     """
 
     scenario: Scenario
@@ -76,6 +79,7 @@ class RunTask:
     knobs: tuple[tuple[str, Any], ...] = ()
     keep_trace: bool = False
     verbose: bool = False
+    replay_requests: int | None = None
 
 
 def execute(task: RunTask) -> dict[str, Any]:
@@ -89,11 +93,14 @@ def execute(task: RunTask) -> dict[str, Any]:
     from koi.sim import build_world, run
 
     catalog = load_catalog()
-    world = build_world(task.scenario, seed=task.seed) if task.planner in REFERENCE else None
+    cfg = world_config(task.replay_requests)
+    world = (
+        build_world(task.scenario, seed=task.seed, cfg=cfg) if task.planner in REFERENCE else None
+    )
     config = with_knobs(KoiConfig(), dict(task.knobs)) if task.knobs else None
     policy = make_policy(task.planner, catalog=catalog, seed=task.seed, world=world, config=config)
     progress = sys.stderr if task.verbose else None
-    result = run(task.scenario, policy, seed=task.seed, progress=progress)
+    result = run(task.scenario, policy, seed=task.seed, progress=progress, cfg=cfg)
     record = result.to_dict()
     record["planner"] = task.planner
     calibration = getattr(policy, "calibration", None)
@@ -101,6 +108,18 @@ def execute(task: RunTask) -> dict[str, Any]:
     if task.keep_trace:
         record["trace"] = result.to_dict(with_trace=True)["trace"]
     return record
+
+
+def world_config(replay_requests: int | None) -> SimConfig:
+    """The simulated world's configuration replaying up to ``replay_requests`` requests of a
+    job's window before sampling it (the default world for ``None``)."""
+    cfg = SimConfig()
+    if replay_requests is None:
+        return cfg
+    if replay_requests < 1:
+        raise InvalidInput(f"replay-requests: must be >= 1, got {replay_requests}")
+    sampling = attrs.evolve(cfg.sampling, max_requests_per_window=replay_requests)
+    return attrs.evolve(cfg, sampling=sampling)
 
 
 def _write_trace(out_dir: Path, record: dict[str, Any]) -> None:
@@ -177,6 +196,7 @@ class BenchResult:
     runs: tuple[Mapping[str, Any], ...]
     summary: Mapping[str, Mapping[str, Any]]
     wall_s: float
+    replay_requests: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -184,6 +204,7 @@ class BenchResult:
             "seeds": list(self.seeds),
             "planners": dict(self.summary),
             "wall_s": self.wall_s,
+            "replay_requests": self.replay_requests,
         }
 
 
@@ -257,6 +278,7 @@ def run_bench(
     progress: TextIO | None = None,
     verbose: bool = False,
     worker: Callable[[RunTask], dict[str, Any]] = execute,
+    replay_requests: int | None = None,
 ) -> BenchResult:
     """Run every planner on seeds ``seed_start .. seed_start + seeds - 1`` of ``scenario``.
 
@@ -268,13 +290,15 @@ def run_bench(
     slowest planners (koi and its ablations) first.  ``progress`` gets a line per finished
     run; ``out_dir`` receives the traces (written by this process, whatever ran them).  Every
     planner runs every seed: the seed also draws the world (hardware truth, traffic, faults),
-    so a deterministic planner's spread is the world's.
+    so a deterministic planner's spread is the world's.  ``replay_requests`` is the world's
+    sampling (:class:`RunTask`): more is closer to replaying every request, and slower.
     """
     if seeds < 1:
         raise InvalidInput(f"seeds: must be >= 1, got {seeds}")
     if seed_start < 0:
         raise InvalidInput(f"seed-start: must be >= 0, got {seed_start}")
     check_planners(planners)
+    world_config(replay_requests)  # fail early on a bad value
     from koi.baselines import REFERENCE
     from koi.sim import load_scenario
 
@@ -283,7 +307,17 @@ def run_bench(
     seed_list = tuple(range(seed_start, seed_start + seeds))
     pairs = [(p, s) for p in planners for s in seed_list]
     pairs.sort(key=lambda t: ("koi" not in t[0], t[0] not in REFERENCE))
-    tasks = [RunTask(sc, p, s, keep_trace=out is not None, verbose=verbose) for p, s in pairs]
+    tasks = [
+        RunTask(
+            sc,
+            p,
+            s,
+            keep_trace=out is not None,
+            verbose=verbose,
+            replay_requests=replay_requests,
+        )
+        for p, s in pairs
+    ]
     t0 = time.perf_counter()
     finished = 0
 
@@ -311,4 +345,5 @@ def run_bench(
         runs=tuple(runs),
         summary=aggregate(runs, planners),
         wall_s=time.perf_counter() - t0,
+        replay_requests=replay_requests,
     )
