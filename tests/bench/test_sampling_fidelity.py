@@ -26,3 +26,18 @@ def test_replays_the_recorded_plans_on_both_worlds(
     for m, d in out["full_minus_sampled"].items():
         assert d == pytest.approx(full["metrics"][m] - sampled["metrics"][m], rel=1e-3, abs=1e-9)
     assert set(out["live_full"]["metrics"]) == set(sampled["metrics"])
+
+
+def test_sampled_only_compares_the_telemetry_with_the_accounting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["sampling_fidelity.py", "--scenario", "smoke", "--planner", "fcfs", "--sampled-only"]
+    monkeypatch.setattr(sys, "argv", argv)
+    SAMPLING_FIDELITY.main()
+    out = json.loads(capsys.readouterr().out)
+    assert "full" not in out
+    for row in out["sampled"]["jobs"].values():
+        assert 0 < row["finished"] <= 1
+        assert 0 <= row["slo_met"] <= row["finished"]
+        assert row["telemetry_completed_per_request"] > 0
+        assert row["windows_over"] >= 0
