@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import pytest
 from tests._support.scripts import benchmark
@@ -11,13 +12,20 @@ from tests._support.scripts import benchmark
 SAMPLING_FIDELITY = benchmark("sampling_fidelity")
 
 
+def _fcfs_on_smoke(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flag: str
+) -> dict[str, Any]:
+    argv = ["sampling_fidelity.py", "--scenario", "smoke", "--planner", "fcfs", flag]
+    monkeypatch.setattr(sys, "argv", argv)
+    SAMPLING_FIDELITY.main()
+    out: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return out
+
+
 def test_replays_the_recorded_plans_on_both_worlds(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["sampling_fidelity.py", "--scenario", "smoke", "--planner", "fcfs", "--live"]
-    monkeypatch.setattr(sys, "argv", argv)
-    SAMPLING_FIDELITY.main()
-    out = json.loads(capsys.readouterr().out)
+    out = _fcfs_on_smoke(monkeypatch, capsys, "--live")
     assert out["replay_exact"]
     sampled, full = out["sampled"], out["full"]
     assert set(sampled["jobs"]) == set(full["jobs"]) == {"agent-30b", "chat-8b", "mod-1b"}
@@ -31,10 +39,7 @@ def test_replays_the_recorded_plans_on_both_worlds(
 def test_sampled_only_compares_the_telemetry_with_the_accounting(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["sampling_fidelity.py", "--scenario", "smoke", "--planner", "fcfs", "--sampled-only"]
-    monkeypatch.setattr(sys, "argv", argv)
-    SAMPLING_FIDELITY.main()
-    out = json.loads(capsys.readouterr().out)
+    out = _fcfs_on_smoke(monkeypatch, capsys, "--sampled-only")
     assert "full" not in out
     for row in out["sampled"]["jobs"].values():
         assert 0 < row["finished"] <= 1
