@@ -5,16 +5,16 @@
 
 The world replays each job's window on a sub-window of at most ``max_requests_per_window``
 requests, each standing for ``scale`` real ones (docs/evaluation.md, "Sampled windows").
-This script runs ``--planner`` on that world and records its plans, then replays exactly those
-plans on a world that replays every request (``--full-requests`` per window, default a
-million: no sampling on any catalog scenario).  Prints JSON: the run's metrics on both worlds
-and their difference, the CPU each world took, and per online job the share of its requests
-finished and finished within both SLO bounds (requests running at the end left out, as the
-evaluator does), the completions its telemetry reported per routed request (what every
-planner reads) and the windows in which a rank reported more completions than requests.  The
-recorded plans are replayed on the sampled world too, as a check that the replay reproduces
-the run (``replay_exact``).  ``--sampled-only`` stops after the sampled run: the telemetry
-against the accounting, at the sampled world's cost.
+This script runs ``--planner`` on that world and records its plans, then replays exactly
+those plans on a world that replays every request (or up to ``--full-requests`` a window).
+Prints JSON: the run's metrics on both worlds and their difference, the CPU each world took,
+and per online job the share of its requests finished and finished within both SLO bounds
+(requests running at the end left out, as the evaluator does), the completions its telemetry
+reported per routed request (what every planner reads) and the windows in which a rank
+reported more completions than requests.  The recorded plans are replayed on the sampled
+world too, as a check that the replay reproduces the run (``replay_exact``).
+``--sampled-only`` stops after the sampled run: the telemetry against the accounting, at the
+sampled world's cost.
 
 ``--live`` also runs the planner itself on the full world: its decisions then follow telemetry
 without sampling, so the difference from the recorded run is what the sampling did to the
@@ -34,7 +34,7 @@ from typing import Any
 import attrs
 
 from koi.baselines import REFERENCE, make_policy
-from koi.bench import world_config
+from koi.bench import EVERY_REQUEST, world_config
 from koi.catalog import load_catalog
 from koi.sim import Policy, RunResult, SimConfig, build_world, run
 from koi.types import ClusterSnapshot, Observation, Plan
@@ -127,7 +127,7 @@ def main() -> None:
     ap.add_argument("--scenario", default="hetero-3h")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--planner", default="fcfs")
-    ap.add_argument("--full-requests", type=int, default=1_000_000)
+    ap.add_argument("--full-requests", type=int, default=EVERY_REQUEST)
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--live", action="store_true", help="also run the planner on the full world")
     mode.add_argument("--sampled-only", action="store_true", help="only the sampled world's run")
@@ -135,13 +135,10 @@ def main() -> None:
     sampled, full = world_config(None), world_config(args.full_requests)
 
     def planner(cfg: SimConfig) -> Policy:
-        world = build_world(args.scenario, seed=args.seed, cfg=cfg)
-        return make_policy(
-            args.planner,
-            catalog=load_catalog(),
-            seed=args.seed,
-            world=world if args.planner in REFERENCE else None,
-        )
+        # Only the references see the truth, as in ``koi bench``.
+        reference = args.planner in REFERENCE
+        world = build_world(args.scenario, seed=args.seed, cfg=cfg) if reference else None
+        return make_policy(args.planner, catalog=load_catalog(), seed=args.seed, world=world)
 
     recorded = _Recorded(planner(sampled))
     out: dict[str, Any] = {"scenario": args.scenario, "seed": args.seed, "planner": args.planner}

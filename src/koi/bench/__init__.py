@@ -15,6 +15,7 @@ from koi.bench._executor import ExecutorSpec, InlineExecutor, open_executor, par
 from koi.bench._report import mean_series, plots_available, write_report
 from koi.bench._runner import (
     DEVELOPMENT_SEEDS,
+    EVERY_REQUEST,
     HELD_OUT_SEED_START,
     METRICS,
     BenchResult,
@@ -34,6 +35,7 @@ __all__ = [
     "CLAIM_METRICS",
     "COLUMNS",
     "DEVELOPMENT_SEEDS",
+    "EVERY_REQUEST",
     "HELD_OUT_SEED_START",
     "METRICS",
     "BenchResult",

@@ -20,6 +20,7 @@ from koi.sim import Scenario, SimConfig
 
 __all__ = [
     "DEVELOPMENT_SEEDS",
+    "EVERY_REQUEST",
     "HELD_OUT_SEED_START",
     "METRICS",
     "BenchResult",
@@ -32,6 +33,9 @@ __all__ = [
     "run_tasks",
     "world_config",
 ]
+
+#: A ``replay_requests`` above any window's requests: the world replays every request.
+EVERY_REQUEST = 1 << 40
 
 #: The seeds koi was developed against; results on them are not evidence.
 DEVELOPMENT_SEEDS: tuple[int, ...] = (0, 1, 2)

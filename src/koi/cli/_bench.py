@@ -75,13 +75,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=_run)
 
 
-#: What ``--replay-requests all`` stands for: more than any window carries.
-_EVERY_REQUEST = 1 << 40
-
-
 def _replay_requests(text: str) -> int:
+    from koi.bench import EVERY_REQUEST
+
     if text == "all":
-        return _EVERY_REQUEST
+        return EVERY_REQUEST
     try:
         n = int(text)
     except ValueError:
@@ -94,6 +92,7 @@ def _replay_requests(text: str) -> int:
 def _run(args: argparse.Namespace) -> int:
     from koi.baselines import DEFAULT_PLANNERS
     from koi.bench import (
+        EVERY_REQUEST,
         claims,
         format_claims,
         format_table,
@@ -134,7 +133,7 @@ def _run(args: argparse.Namespace) -> int:
         f"--seed-start {args.seed_start} --planners {','.join(planners)}"
     )
     if args.replay_requests is not None:
-        shown = "all" if args.replay_requests == _EVERY_REQUEST else args.replay_requests
+        shown = "all" if args.replay_requests == EVERY_REQUEST else args.replay_requests
         data["command"] += f" --replay-requests {shown}"
     rows = claims(result.summary)
     data["claims"] = [c.to_dict() for c in rows]
