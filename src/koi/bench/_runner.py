@@ -15,6 +15,7 @@ from typing import Any, TextIO
 import attrs
 
 from koi.bench._executor import ExecutorSpec, open_executor
+from koi.collector import relaxed_collector
 from koi.errors import InvalidInput
 from koi.sim import Scenario, SimConfig
 
@@ -104,7 +105,8 @@ def execute(task: RunTask) -> dict[str, Any]:
     config = with_knobs(KoiConfig(), dict(task.knobs)) if task.knobs else None
     policy = make_policy(task.planner, catalog=catalog, seed=task.seed, world=world, config=config)
     progress = sys.stderr if task.verbose else None
-    result = run(task.scenario, policy, seed=task.seed, progress=progress, cfg=cfg)
+    with relaxed_collector():  # a run is a long loop of this process's own (koi.collector)
+        result = run(task.scenario, policy, seed=task.seed, progress=progress, cfg=cfg)
     record = result.to_dict()
     record["planner"] = task.planner
     calibration = getattr(policy, "calibration", None)

@@ -8,6 +8,7 @@ from typing import Any
 
 import attrs
 
+from koi.collector import relaxed_collector
 from koi.errors import InvalidInput
 
 __all__ = ["register"]
@@ -54,4 +55,5 @@ def _run(args: argparse.Namespace) -> int:
         changes["tick_s"] = args.tick_s
     agent = Agent(attrs.evolve(cfg, **changes))
     agent.install_signal_handlers()
-    return agent.run()
+    with relaxed_collector():  # the loop is this process's own (koi.collector)
+        return agent.run()

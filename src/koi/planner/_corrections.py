@@ -53,6 +53,7 @@ __all__ = [
     "correction_signature",
     "job_key",
     "outcomes_only",
+    "scope_context",
 ]
 
 DECODE_TIME = "decode_time"
@@ -224,6 +225,7 @@ def correction_fn(
     gpus: Mapping[str, GpuSpec],
     models: Mapping[str, ModelSpec],
     cfg: KoiConfig,
+    shared: dict[tuple[Chain, object], RankCorrection] | None = None,
 ) -> Callable[[Chain], RankCorrection]:
     """The residual corrections in force for ``job``, as the surrogate's per-chain callback.
 
@@ -236,12 +238,16 @@ def correction_fn(
     mechanisms (DESIGN §4.5.1): every mechanism whose belief has reached
     ``planner.mechanism_min_confidence`` and whose scope covers the chain lends the median
     correction of the strata it was tested in.
+
+    ``shared`` (:class:`SharedCorrections`) holds the corrections that do not read the job's
+    own evidence, for every job with the same :func:`scope_context`.
     """
     cache: dict[Chain, RankCorrection] = {}
     store, cc = state.corrections, cfg.corrections
     confident = [
         m for m in state.mechanisms if m.belief.confidence >= cfg.planner.mechanism_min_confidence
     ]
+    context = scope_context(job) if confident else None
 
     def borrowed(chain: Chain, spec: ModelSpec, variable: str) -> float:
         gpu = gpus.get(chain.environment.gpu)
@@ -270,8 +276,14 @@ def correction_fn(
         # on the GPU type, else its stratum's, else its model's elsewhere, each as a whole: the
         # TTFT factor is relative to the decode step in force when it was learned.
         own = job_key(key, job.id)
-        if own != key and store.has_evidence(own, cc):
+        personal = own != key and store.has_evidence(own, cc)
+        if personal:
             key = own
+        elif shared is not None:
+            hit = shared.get((chain, context))
+            if hit is not None:
+                cache[chain] = hit
+                return hit
         sources = [key] if store.has_evidence(key, cc) else [skey]
         if sources[0] != key:
             siblings = store.siblings_of(skey, chain.model, cc)
@@ -312,25 +324,38 @@ def correction_fn(
             mediators=mediators,
         )
         cache[chain] = result
+        if shared is not None and not personal:
+            shared[chain, context] = result
         return result
 
     return correct
 
 
-class SharedCorrections:
-    """The corrections in force per chain, worked out once for every job and kept across
-    ticks while the state they read is unchanged (a memo: it only saves work).
+def scope_context(job: Job) -> tuple[object, ...]:
+    """What a mechanism's scope can read of a job (:meth:`RankContext.from_rank`): its class
+    and mean request sizes."""
+    return (job.job_class, job.workload.input_len.mean, job.workload.output_len.mean)
 
-    :func:`correction_fn` reads the job only to match confident mechanisms' scopes; while no
-    mechanism is confident a chain's correction is the same for every job, and it reads no
-    more of the state than the correction store, the signatures and the mechanisms (whether
-    any is confident).  Tenants' copies of a model ask for the same chains, and a tick with
-    no new evidence asks for the same corrections as the tick before."""
+
+class SharedCorrections:
+    """The corrections in force per chain, worked out once for every job that reads the same
+    and kept across ticks while the state they read is unchanged (a memo: it only saves work).
+
+    :func:`correction_fn` reads a job for two things only: its own evidence on a chain
+    (:func:`job_key`) and, where a mechanism is confident, what the mechanisms' scopes match
+    (:func:`scope_context`).  A chain's correction without the job's own evidence is the same
+    for every job of one scope context — for every job while no mechanism is confident — and
+    reads no more of the state than the correction store, the signatures and the mechanisms.
+    Tenants' copies of a model ask for the same chains, and a tick with no new evidence asks
+    for the same corrections as the tick before."""
 
     def __init__(self) -> None:
         self._inputs: tuple[object, ...] | None = None
-        self._full: Callable[[Chain], RankCorrection] | None = None
-        self._outcomes: Callable[[Chain], RankCorrection] | None = None
+        self._by_chain: dict[tuple[Chain, object], RankCorrection] = {}
+        self._per_job: dict[
+            tuple[str, object],
+            tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]],
+        ] = {}
 
     def functions(
         self,
@@ -340,29 +365,27 @@ class SharedCorrections:
         gpus: Mapping[str, GpuSpec],
         models: Mapping[str, ModelSpec],
         cfg: KoiConfig,
-    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]] | None:
-        """The shared callbacks (all corrections; outcome and step corrections only, the
-        mediators left out), or ``None`` when a confident mechanism makes them depend on
-        the job (then :func:`correction_fn` per job)."""
-        least = cfg.planner.mechanism_min_confidence
-        if any(m.belief.confidence >= least for m in state.mechanisms):
-            return None
-        if state.corrections.has_job_keys(job.id):  # its own evidence on some chain
-            return None
+    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]]:
+        """``job``'s callbacks: all corrections, and outcome and step corrections only (the
+        mediators left out)."""
         inputs = (state.corrections, state.signatures, state.mechanisms)
         if (
-            self._full is None
-            or self._outcomes is None
-            or self._inputs is None
+            self._inputs is None
             or self._inputs[3] is not cfg
             or self._inputs[4] is not models
             or self._inputs[5] is not gpus
             or self._inputs[:3] != inputs
         ):
-            full = correction_fn(state, job, gpus=gpus, models=models, cfg=cfg)
-            self._full, self._outcomes = full, outcomes_only(full)
             self._inputs = (*inputs, cfg, models, gpus)
-        return self._full, self._outcomes
+            self._by_chain, self._per_job = {}, {}
+        key = (job.id, scope_context(job))
+        fns = self._per_job.get(key)
+        if fns is None:
+            full = correction_fn(
+                state, job, gpus=gpus, models=models, cfg=cfg, shared=self._by_chain
+            )
+            fns = self._per_job[key] = (full, outcomes_only(full))
+        return fns
 
 
 def outcomes_only(

@@ -21,8 +21,8 @@ import attrs
 
 from koi.beliefs import EdgeKey, Stratum
 from koi.config import KoiConfig
-from koi.dag import CausalDag, RankContext, exercised_keys
-from koi.planner._corrections import SharedCorrections, correction_fn, outcomes_only
+from koi.dag import CausalDag, Mechanism, RankContext, exercised_keys
+from koi.planner._corrections import SharedCorrections
 from koi.planner._evaluation_memo import Effects, EvaluationMemo
 from koi.planner._report import CandidateReport
 from koi.planner._state import PlannerState
@@ -117,8 +117,9 @@ class Evaluator:
         self._prior: dict[frozenset[tuple[EdgeKey, Stratum]], float] = {}
         self._unit_bands: dict[tuple[Stratum, Outcome, float], RiskBand] = {}
         self._full: dict[str, Callable[[Chain], RankCorrection]] = {}
+        self._scopes: dict[RankContext, tuple[Mechanism, ...]] = {}
         # The planner may lend a memo of the corrections that outlives the tick.
-        self._shared = shared_corrections
+        self._shared = shared_corrections or SharedCorrections()
         # ... and one of evaluated candidates, valid while the tick's global inputs are.
         self._memo = memo
         if memo is not None:
@@ -147,31 +148,18 @@ class Evaluator:
         """
         fn = self._corrections.get(job.id)
         if fn is None:
-            shared = self._shared_corrections(job)
-            full = shared[0] if shared is not None else self._full_corrections(job)
-            fn = shared[1] if shared is not None else outcomes_only(full)
-            self._corrections[job.id] = fn
+            fn = self._corrections[job.id] = self._shared_corrections(job)[1]
         return fn
 
     def _full_corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
         fn = self._full.get(job.id)
         if fn is None:
-            shared = self._shared_corrections(job)
-            if shared is not None:
-                fn = shared[0]
-            else:
-                fn = correction_fn(
-                    self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
-                )
-            self._full[job.id] = fn
+            fn = self._full[job.id] = self._shared_corrections(job)[0]
         return fn
 
     def _shared_corrections(
         self, job: Job
-    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]] | None:
-        """The corrections every job shares (no confident mechanism), else ``None``."""
-        if self._shared is None:
-            return None
+    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]]:
         return self._shared.functions(
             self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
         )
@@ -258,11 +246,10 @@ class Evaluator:
             ctx = self._context(job, rank)
             if ctx is None:
                 continue
-            for m in self.state.mechanisms:
-                if m.applies_to(ctx):
-                    mech_item: ExplorationItem = ("mechanism", m.id)
-                    items.add(mech_item)
-                    effects.append((mech_item, m.belief.uncertainty, True))
+            for m in self._applying(ctx):
+                mech_item: ExplorationItem = ("mechanism", m.id)
+                items.add(mech_item)
+                effects.append((mech_item, m.belief.uncertainty, True))
         recorded = tuple(effects)
         self._record(recorded)
         return frozenset(items), recorded
@@ -276,6 +263,14 @@ class Evaluator:
                 self.mechanism_items.add(item)
             elif item not in self.uncertainty:
                 self.uncertainty[item] = u
+
+    def _applying(self, ctx: RankContext) -> tuple[Mechanism, ...]:
+        """The mechanisms whose scope covers ``ctx``, in the state's order (once per tick:
+        tenants' copies of a job share their contexts)."""
+        hit = self._scopes.get(ctx)
+        if hit is None:
+            hit = self._scopes[ctx] = tuple(m for m in self.state.mechanisms if m.applies_to(ctx))
+        return hit
 
     def _context(self, job: Job, rank: Rank) -> RankContext | None:
         spec = self.models.get(rank.chain.model)
