@@ -13,7 +13,13 @@ import pytest
 
 from koi.config import KoiConfig
 from koi.planner import Planner
-from koi.planner._corrections import DECODE_TIME, CorrectionStore, correction_fn, correction_key
+from koi.planner._corrections import (
+    DECODE_TIME,
+    CorrectionStore,
+    SharedCorrections,
+    correction_fn,
+    correction_key,
+)
 from koi.planner._strata import stratum_for
 from koi.surrogate import RankCorrection, Surrogate
 from koi.types import (
@@ -115,9 +121,15 @@ def test_each_job_keeps_its_own_correction_on_a_shared_chain() -> None:
     assert _decode(planner, slow, chain) == pytest.approx(3.0, rel=0.03)
     assert _decode(planner, fast, chain) == pytest.approx(1.0, rel=0.03)
     assert _decode(planner, _job("new", slow.model), chain) == pytest.approx(2.0, rel=0.03)
-    # The planner's own evaluation reads the same per job (not a callback shared by all).
-    assert not planner.state.corrections.has_job_keys("new")
-    assert planner.state.corrections.has_job_keys("slow")
+    # The corrections the planner's evaluation shares across jobs read the same per job
+    # (a chain's correction shared by all would fail), in either order.
+    for order in ((slow, fast, _job("new", slow.model)), (_job("new", slow.model), fast, slow)):
+        shared = SharedCorrections()
+        for job in order:
+            full, _ = shared.functions(
+                planner.state, job, gpus=CATALOG.gpus, models=CATALOG.models, cfg=planner.config
+            )
+            assert full(chain).decode_time == _decode(planner, job, chain), job.id
 
 
 def test_a_chain_without_evidence_gets_its_model_on_the_gpu_type_then_its_stratum() -> None:

@@ -108,7 +108,6 @@ class CorrectionStore:
     _siblings: Mapping[tuple[str, str], list[str]] = attrs.field(
         init=False, eq=False, hash=False, repr=False
     )
-    _jobs: frozenset[str] = attrs.field(init=False, eq=False, hash=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         index = {(e.stratum, e.variable): e.factors for e in self.entries}
@@ -122,8 +121,6 @@ class CorrectionStore:
             siblings.setdefault(("|".join(parts[:_STRATUM_FIELDS]), model), []).append(key)
         object.__setattr__(self, "_chains", chains)
         object.__setattr__(self, "_siblings", siblings)
-        jobs = {k.split("|")[-1] for k, _ in index if k.count("|") == _CHAIN_FIELDS}
-        object.__setattr__(self, "_jobs", frozenset(jobs))
 
     def chains_of(self, engine: str, model: str, cfg: CorrectionConfig) -> list[str]:
         """The chain keys of ``model`` on ``engine`` (any GPU type) with evidence, sorted."""
@@ -133,10 +130,6 @@ class CorrectionStore:
         """The chain keys of ``model`` in ``stratum`` (its GPU type, any tensor parallelism)
         with evidence, sorted."""
         return [k for k in self._siblings.get((stratum, model), ()) if self.has_evidence(k, cfg)]
-
-    def has_job_keys(self, job_id: str) -> bool:
-        """Has ``job_id`` recorded evidence of its own on any chain (:func:`job_key`)?"""
-        return job_id in self._jobs
 
     def factor(self, stratum: str, variable: str, cfg: CorrectionConfig) -> float | None:
         """The current correction, or ``None`` while there is too little evidence."""
