@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import koi.baselines
-from koi.bench import parse_sweep, run_one, run_sweep
+from koi.bench import EVERY_REQUEST, RunTask, parse_sweep, run_one, run_sweep
 from koi.cli import main
 from koi.config import KoiConfig
 from koi.errors import InvalidInput
@@ -49,6 +49,30 @@ def test_the_grid_crosses_knob_settings_with_koi_planners_only() -> None:
         (("planner.tau", t), ("planner.search_rounds", r)) for t in (0.2, 0.3) for r in (1, 2)
     }
     assert [c for c in cells if c[1] == "fcfs"] == [(TINY, "fcfs", s, ()) for s in (0, 1)]
+
+
+def test_the_worlds_sampling_reaches_every_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[int | None] = []
+
+    def worker(task: RunTask) -> dict[str, Any]:
+        seen.append(task.replay_requests)
+        return run_one(TINY, "fcfs", task.seed) | {"planner": task.planner}
+
+    for value, expected in (("40", 40), ('"all"', EVERY_REQUEST), (None, None)):
+        text = "[sweep]\nscenarios = ['" + TINY + "']\nplanners = ['fcfs']\n"
+        if value is not None:
+            text += f"replay_requests = {value}\n"
+        sweep = parse_sweep(text)
+        assert sweep.replay_requests == expected
+        seen.clear()
+        run_sweep(sweep, jobs=1, worker=worker)
+        assert seen == [expected]
+    # The setting changes what the world measures (a sample of 2 requests per window).
+    few = run_sweep(parse_sweep(GRID.replace("seeds = 2", "seeds = 1\nreplay_requests = 2")))
+    full = run_sweep(parse_sweep(GRID.replace("seeds = 2", "seeds = 1")))
+    assert [r["metrics"] for r in few.runs if r["planner"] == "fcfs"] != [
+        r["metrics"] for r in full.runs if r["planner"] == "fcfs"
+    ]
 
 
 def test_knobs_reach_koi_planners_config_and_runs_come_back_in_grid_order(
@@ -126,6 +150,14 @@ def test_sweep_command_writes_json_lines_and_a_table_per_scenario(
         ),
         ("[sweep]\nscenarios = ['smoke']\nplanners = ['koi']\n[knobs]\nx = []\n", "empty list"),
         ("[sweep\n", "not valid TOML"),
+        (
+            "[sweep]\nscenarios = ['smoke']\nplanners = ['koi']\nreplay_requests = 0\n",
+            "sweep.replay_requests: expected a count >= 1 or 'all'",
+        ),
+        (
+            "[sweep]\nscenarios = ['smoke']\nplanners = ['koi']\nreplay_requests = 'some'\n",
+            "sweep.replay_requests",
+        ),
         (WALL_CLOCK_KNOB, "without wall-clock limits"),
         (WALL_CLOCK_KNOB.replace("selector.time_limit_s", "planner.tick_deadline_s"), "wall-clock"),
     ],

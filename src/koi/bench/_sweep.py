@@ -6,6 +6,7 @@ A sweep file is TOML::
     scenarios = ["smoke", "hetero-3h"]   # built-in names or scenario TOML paths
     planners = ["koi", "rolling-milp"]
     seeds = 3                            # seeds 0..2; or a list, e.g. [3, 4, 5]
+    replay_requests = "all"              # optional: the world's sampling (koi bench's flag)
 
     [knobs]                              # each knob's list of values; the grid is their product
     "planner.tau" = [0.2, 0.3]
@@ -14,7 +15,9 @@ A sweep file is TOML::
 A knob is a dotted path into :class:`koi.config.KoiConfig`; a value that is not a list is a
 single setting (write a list of lists for a tuple-valued knob).  Only koi's planners read the
 knobs (:data:`koi.baselines.CONFIGURABLE`): every other planner runs once per scenario and
-seed, with no knobs.
+seed, with no knobs.  ``replay_requests`` (a count >= 1, or ``"all"``) is how many requests of
+a job's window the world replays before it samples, for every run of the sweep, as
+``koi bench --replay-requests``; without it, the default world.
 """
 
 from __future__ import annotations
@@ -29,12 +32,20 @@ from typing import Any
 import attrs
 
 from koi.bench._executor import ExecutorSpec
-from koi.bench._runner import METRICS, RunTask, aggregate, check_planners, execute, run_tasks
+from koi.bench._runner import (
+    EVERY_REQUEST,
+    METRICS,
+    RunTask,
+    aggregate,
+    check_planners,
+    execute,
+    run_tasks,
+)
 from koi.errors import InvalidInput, read_text
 
 __all__ = ["Sweep", "SweepResult", "load_sweep", "parse_sweep", "run_sweep", "sweep_line"]
 
-_SWEEP_KEYS = ("scenarios", "planners", "seeds")
+_SWEEP_KEYS = ("scenarios", "planners", "seeds", "replay_requests")
 #: Knobs the bench overrides (koi.baselines.koi_config): refused rather than silently ignored.
 _WALL_CLOCK_KNOBS = frozenset(
     {"selector.time_limit_s", "planner.proposer_timeout_s", "planner.tick_deadline_s"}
@@ -46,12 +57,14 @@ Knobs = tuple[tuple[str, Any], ...]
 @attrs.frozen
 class Sweep:
     """A parsed sweep file (see the module docstring); ``knobs`` maps each knob's dotted path
-    to the values it takes, in file order."""
+    to the values it takes, in file order; ``replay_requests`` is the world's sampling for
+    every run (``None``: the default world)."""
 
     scenarios: tuple[str, ...]
     planners: tuple[str, ...]
     seeds: tuple[int, ...]
     knobs: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+    replay_requests: int | None = None
 
     def settings(self) -> list[Knobs]:
         """Every knob setting of the grid (one empty setting when the sweep has no knobs)."""
@@ -106,6 +119,17 @@ def _seeds(value: object, source: str) -> tuple[int, ...]:
             raise InvalidInput(f"{source}: sweep.seeds: repeats a seed: {value}")
         return tuple(value)
     msg = f"{source}: sweep.seeds: expected a count >= 1 or a list of seeds >= 0, got {value!r}"
+    raise InvalidInput(msg)
+
+
+def _replay_requests(value: object, source: str) -> int | None:
+    if value is None:
+        return None
+    if value == "all":
+        return EVERY_REQUEST
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    msg = f"{source}: sweep.replay_requests: expected a count >= 1 or 'all', got {value!r}"
     raise InvalidInput(msg)
 
 
@@ -164,6 +188,7 @@ def parse_sweep(text: str, *, source: str = "<sweep>") -> Sweep:
         planners=planners,
         seeds=_seeds(head.get("seeds", 1), source),
         knobs=tuple(knobs),
+        replay_requests=_replay_requests(head.get("replay_requests"), source),
     )
 
 
@@ -224,7 +249,7 @@ def run_sweep(
         key=lambda k: (cells[k][1] not in CONFIGURABLE, cells[k][1] not in REFERENCE),
     )
     tasks = [
-        RunTask(loaded[sc], p, seed, knobs=knobs)
+        RunTask(loaded[sc], p, seed, knobs=knobs, replay_requests=sweep.replay_requests)
         for sc, p, seed, knobs in (cells[k] for k in order)
     ]
     t0 = time.perf_counter()

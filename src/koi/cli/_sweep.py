@@ -70,7 +70,12 @@ def _run(args: argparse.Namespace) -> int:
             )
 
         result = run_sweep(sweep, executor=executor, jobs=args.jobs, on_run=on_run)
-    summary = {"sweep": args.sweep, "wall_s": result.wall_s, "scenarios": result.summaries}
+    summary = {
+        "sweep": args.sweep,
+        "replay_requests": sweep.replay_requests,
+        "wall_s": result.wall_s,
+        "scenarios": result.summaries,
+    }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     if not args.jsonl:
         for name, table in result.summaries.items():
