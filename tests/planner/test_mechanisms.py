@@ -6,7 +6,7 @@ import attrs
 
 from koi.beliefs import Beta, stratum_of
 from koi.config import KoiConfig
-from koi.dag import Scope, admit_mechanism, default_dag
+from koi.dag import Mechanism, Scope, admit_mechanism, default_dag
 from koi.planner import Planner
 from koi.planner._corrections import (
     DECODE_TIME,
@@ -27,6 +27,23 @@ CFG = KoiConfig()
 def _chain(gpu: str, tp: int = 1) -> Chain:
     env = next(p.environment for p in pools(gpus=(gpu,), per_pool=1))
     return Chain("Llama-3.1-8B", env, Config(tp=tp, quant=Quant.BF16))
+
+
+def _admitted(tested: Chain, tested_key: str, scope: Scope) -> Mechanism:
+    """The mechanism mined from a bandwidth-bound TPOT miss in ``tested_key``, with ``scope``."""
+    proposal = attrs.evolve(
+        mine_mechanisms(
+            [(tested_key, "mem_bw_util"), (tested_key, "p99_tpot_ms")],
+            {tested_key: Rank(tested, 1)},
+            dag=default_dag(),
+            gpus=CATALOG.gpus,
+            models=CATALOG.models,
+        )[0],
+        scope=scope,
+    )
+    mechanism = admit_mechanism(proposal, default_dag()).mechanism
+    assert mechanism is not None
+    return mechanism
 
 
 def test_a_divergence_pattern_becomes_an_admissible_mechanism() -> None:
@@ -54,18 +71,8 @@ def test_confident_mechanisms_lend_corrections_to_untested_strata() -> None:
     tested_key = stratum_of(tested, spec).key
     base = Planner.initial_state(CFG)
     store = base.corrections.record([(tested_key, DECODE_TIME, 1.0, 1.6, 1.0)], CFG.corrections)
-    proposal = attrs.evolve(
-        mine_mechanisms(
-            [(tested_key, "mem_bw_util"), (tested_key, "p99_tpot_ms")],
-            {tested_key: Rank(tested, 1)},
-            dag=default_dag(),
-            gpus=CATALOG.gpus,
-            models=CATALOG.models,
-        )[0],
-        scope=Scope.parse("size_class == dense-s"),  # hardware-agnostic: covers the A100 too
-    )
-    mechanism = admit_mechanism(proposal, default_dag()).mechanism
-    assert mechanism is not None
+    # Hardware-agnostic: covers the A100 too.
+    mechanism = _admitted(tested, tested_key, Scope.parse("size_class == dense-s"))
     job = chat_job()
 
     def decode_for(belief: Beta) -> float:
@@ -94,18 +101,7 @@ def test_shared_corrections_follow_what_a_mechanism_reads_of_each_job() -> None:
         [(tested_key, DECODE_TIME, 1.0, 1.6, 1.0)] + [(own, DECODE_TIME, 1.0, 1.3, 1.0)] * 3,
         CFG.corrections,
     )
-    proposal = attrs.evolve(
-        mine_mechanisms(
-            [(tested_key, "mem_bw_util"), (tested_key, "p99_tpot_ms")],
-            {tested_key: Rank(tested, 1)},
-            dag=default_dag(),
-            gpus=CATALOG.gpus,
-            models=CATALOG.models,
-        )[0],
-        scope=Scope.parse("input_len >= 4000"),  # reads the job's prompts
-    )
-    mechanism = admit_mechanism(proposal, default_dag()).mechanism
-    assert mechanism is not None
+    mechanism = _admitted(tested, tested_key, Scope.parse("input_len >= 4000"))  # reads prompts
     state = attrs.evolve(
         base,
         corrections=store,
