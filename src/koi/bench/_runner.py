@@ -29,6 +29,7 @@ __all__ = [
     "aggregate",
     "check_planners",
     "execute",
+    "replay_requests_of",
     "run_bench",
     "run_one",
     "run_tasks",
@@ -114,6 +115,16 @@ def execute(task: RunTask) -> dict[str, Any]:
     if task.keep_trace:
         record["trace"] = result.to_dict(with_trace=True)["trace"]
     return record
+
+
+def replay_requests_of(value: object) -> int:
+    """A ``replay_requests`` setting as written by a user: ``"all"`` (:data:`EVERY_REQUEST`) or
+    a count >= 1."""
+    if value == "all":
+        return EVERY_REQUEST
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise InvalidInput(f"expected a count >= 1 or 'all', got {value!r}")
 
 
 def world_config(replay_requests: int | None) -> SimConfig:

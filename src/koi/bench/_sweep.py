@@ -33,12 +33,12 @@ import attrs
 
 from koi.bench._executor import ExecutorSpec
 from koi.bench._runner import (
-    EVERY_REQUEST,
     METRICS,
     RunTask,
     aggregate,
     check_planners,
     execute,
+    replay_requests_of,
     run_tasks,
 )
 from koi.errors import InvalidInput, read_text
@@ -125,12 +125,10 @@ def _seeds(value: object, source: str) -> tuple[int, ...]:
 def _replay_requests(value: object, source: str) -> int | None:
     if value is None:
         return None
-    if value == "all":
-        return EVERY_REQUEST
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-        return value
-    msg = f"{source}: sweep.replay_requests: expected a count >= 1 or 'all', got {value!r}"
-    raise InvalidInput(msg)
+    try:
+        return replay_requests_of(value)
+    except InvalidInput as exc:
+        raise InvalidInput(f"{source}: sweep.replay_requests: {exc}") from None
 
 
 def _names(doc: Mapping[str, Any], key: str, source: str) -> tuple[str, ...]:

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from koi.errors import InvalidInput
+
 __all__ = ["add_executor_arguments", "register"]
 
 
@@ -76,17 +78,12 @@ def register(subparsers: Any) -> None:
 
 
 def _replay_requests(text: str) -> int:
-    from koi.bench import EVERY_REQUEST
+    from koi.bench import replay_requests_of
 
-    if text == "all":
-        return EVERY_REQUEST
     try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or 'all', got {text!r}")
-    return n
+        return replay_requests_of(int(text) if text.lstrip("-").isdigit() else text)
+    except InvalidInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # the state holds a CorrectionStore: import its type only for
 __all__ = [
     "DECODE_TIME",
     "PREFILL_TIME",
+    "Callbacks",
     "CorrectionEntry",
     "CorrectionStore",
     "SharedCorrections",
@@ -324,6 +325,10 @@ def correction_fn(
     return correct
 
 
+#: A job's corrections callbacks: all corrections, and the outcome and step corrections only.
+Callbacks = tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]]
+
+
 def scope_context(job: Job) -> tuple[object, ...]:
     """What a mechanism's scope can read of a job (:meth:`RankContext.from_rank`): its class
     and mean request sizes."""
@@ -345,10 +350,7 @@ class SharedCorrections:
     def __init__(self) -> None:
         self._inputs: tuple[object, ...] | None = None
         self._by_chain: dict[tuple[Chain, object], RankCorrection] = {}
-        self._per_job: dict[
-            tuple[str, object],
-            tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]],
-        ] = {}
+        self._per_job: dict[tuple[str, object], Callbacks] = {}
 
     def functions(
         self,
@@ -358,7 +360,7 @@ class SharedCorrections:
         gpus: Mapping[str, GpuSpec],
         models: Mapping[str, ModelSpec],
         cfg: KoiConfig,
-    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]]:
+    ) -> Callbacks:
         """``job``'s callbacks: all corrections, and outcome and step corrections only (the
         mediators left out)."""
         inputs = (state.corrections, state.signatures, state.mechanisms)

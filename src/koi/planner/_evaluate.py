@@ -22,7 +22,7 @@ import attrs
 from koi.beliefs import EdgeKey, Stratum
 from koi.config import KoiConfig
 from koi.dag import CausalDag, Mechanism, RankContext, exercised_keys
-from koi.planner._corrections import SharedCorrections
+from koi.planner._corrections import Callbacks, SharedCorrections
 from koi.planner._evaluation_memo import Effects, EvaluationMemo
 from koi.planner._report import CandidateReport
 from koi.planner._state import PlannerState
@@ -106,9 +106,9 @@ class Evaluator:
         # the mechanisms' own U (``mechanism_items``), weighed by ω_m in Φ.
         self.uncertainty: dict[ExplorationItem, float] = {}
         self.mechanism_items: set[ExplorationItem] = set()
-        # Per tick: one corrections callback per job (it memoizes per chain), and the
+        # Per tick: each job's corrections callbacks (all; outcome and step only), and the
         # (edge, stratum) keys per ladder that both C3's prior and exploration need.
-        self._corrections: dict[str, Callable[[Chain], RankCorrection]] = {}
+        self._corrections: dict[str, Callbacks] = {}
         # A pure function of the ladder: the planner may lend a memo that outlives the tick.
         self._keys: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] = (
             {} if exercised is None else exercised
@@ -116,7 +116,6 @@ class Evaluator:
         self._now: dict[str, Prediction] = {}
         self._prior: dict[frozenset[tuple[EdgeKey, Stratum]], float] = {}
         self._unit_bands: dict[tuple[Stratum, Outcome, float], RiskBand] = {}
-        self._full: dict[str, Callable[[Chain], RankCorrection]] = {}
         self._scopes: dict[RankContext, tuple[Mechanism, ...]] = {}
         # The planner may lend a memo of the corrections that outlives the tick.
         self._shared = shared_corrections or SharedCorrections()
@@ -146,23 +145,18 @@ class Evaluator:
         read; leaving them out keeps a mediator-only change from invalidating every cached
         screen of the job (the outcomes are exactly the same).
         """
-        fn = self._corrections.get(job.id)
-        if fn is None:
-            fn = self._corrections[job.id] = self._shared_corrections(job)[1]
-        return fn
+        return self._callbacks(job)[1]
 
     def _full_corrections(self, job: Job) -> Callable[[Chain], RankCorrection]:
-        fn = self._full.get(job.id)
-        if fn is None:
-            fn = self._full[job.id] = self._shared_corrections(job)[0]
-        return fn
+        return self._callbacks(job)[0]
 
-    def _shared_corrections(
-        self, job: Job
-    ) -> tuple[Callable[[Chain], RankCorrection], Callable[[Chain], RankCorrection]]:
-        return self._shared.functions(
-            self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
-        )
+    def _callbacks(self, job: Job) -> Callbacks:
+        fns = self._corrections.get(job.id)
+        if fns is None:
+            fns = self._corrections[job.id] = self._shared.functions(
+                self.state, job, gpus=self.gpus, models=self.models, cfg=self.cfg
+            )
+        return fns
 
     def exercised(self, ladder: Ladder) -> frozenset[tuple[EdgeKey, Stratum]]:
         """The (edge, stratum) pairs ``ladder`` exercises (empty without the causal graph)."""
