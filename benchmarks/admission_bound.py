@@ -4,16 +4,17 @@ Online admission (docs/evaluation.md) is the mean over online jobs of the share 
 requests the world finished.  A job's requests start arriving at its ``arrival_min``, but no
 planner sees it before the first tick at or after that moment, and no chain serves before it
 has loaded: ``base_s + weights / load_gib_s + warmup_s`` (``koi.sim.LaunchConfig``; the
-launch jitter has mean 1).  Taking, per job, the fastest chain the world could start for it
-(every pool, tensor parallelism 1–8, every precision the job accepts) and its base rate held
-over its life, the share it loses is ``(first tick + fastest load - arrival) / (end -
-arrival)``; one minus its mean over the online jobs bounds any planner's online admission.
+launch jitter has mean 1, so the bound holds in expectation).  Taking, per job, the fastest
+chain the world could start for it (every pool, tensor parallelism 1–8, every precision the
+job accepts) and its base rate held over its life, the share it loses is ``(first tick +
+fastest load - arrival) / (end - arrival)``; one minus its mean over the online jobs bounds
+any planner's online admission.
 Surges, failed launches, spot losses and capacity are left out, so the true ceiling is lower.
 Prints JSON::
 
     python benchmarks/admission_bound.py --scenario hetero-3h
 
-It is a diagnosis of the scenario, not a planner: admission above the bound is impossible.
+It is a diagnosis of the scenario, not a planner: no planner should be expected above it.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import argparse
 import json
 import math
 
-from koi.sim import LaunchConfig, SimConfig, World, build_world
+from koi.sim import LaunchConfig, World, build_world
 from koi.surrogate import feasibility
 from koi.types import Chain, Config, Job
 
@@ -32,14 +33,15 @@ _TP = (1, 2, 4, 8)
 def fastest_load_s(world: World, job: Job, launch: LaunchConfig) -> float:
     """Seconds from a plan to serving on the fastest chain the world could start for ``job``."""
     fastest = math.inf
+    model = world.models[job.model]
     for pool in world.pools():
         env = pool.environment
+        gpu = world.gpus[env.gpu]
         for tp in (t for t in _TP if t <= env.gpus_per_instance):
             for quant in job.precisions:
                 chain = Chain(job.model, env, Config(tp=tp, quant=quant))
                 if world.true_capacity(chain, job.workload) <= 0:
                     continue  # the world cannot start it
-                gpu, model = world.gpus[env.gpu], world.models[job.model]
                 weights = feasibility(gpu, model, chain.config, env).weights_gib * tp
                 fastest = min(fastest, launch.base_s + weights / launch.load_gib_s)
     return fastest + launch.warmup_s
@@ -55,7 +57,7 @@ def main() -> None:
     rows: list[dict[str, object]] = []
     bounds: list[float] = []
     for job in (j for j in sc.jobs if j.is_online):
-        load_s = fastest_load_s(world, job, SimConfig().launch)
+        load_s = fastest_load_s(world, job, world.cfg.launch)
         seen = math.ceil(job.arrival_s / sc.tick_s) * sc.tick_s
         life = sc.duration_s - job.arrival_s
         lost = min(1.0, (seen - job.arrival_s + load_s) / life) if life > 0 else 1.0
