@@ -55,6 +55,7 @@ __all__ = [
     "job_key",
     "outcomes_only",
     "scope_context",
+    "tried",
 ]
 
 DECODE_TIME = "decode_time"
@@ -205,6 +206,13 @@ def job_key(chain_key: str, job_id: str) -> str:
     if chain_key.count("|") != _CHAIN_FIELDS - 1:
         return chain_key
     return f"{chain_key}|{job_id}"
+
+
+def tried(
+    store: CorrectionStore, chain: Chain, stratum_key: str, job_id: str, cfg: CorrectionConfig
+) -> bool:
+    """Has the job run on the chain: does it have step corrections of its own there?"""
+    return store.has_evidence(job_key(correction_key(chain, stratum_key), job_id), cfg)
 
 
 def _stratum_part(key: str) -> str:

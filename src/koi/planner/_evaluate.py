@@ -22,11 +22,11 @@ import attrs
 from koi.beliefs import EdgeKey, Stratum
 from koi.config import KoiConfig
 from koi.dag import CausalDag, Mechanism, RankContext, exercised_keys
-from koi.planner._corrections import Callbacks, SharedCorrections
+from koi.planner._corrections import Callbacks, SharedCorrections, tried
 from koi.planner._evaluation_memo import Effects, EvaluationMemo
 from koi.planner._report import CandidateReport
 from koi.planner._state import PlannerState
-from koi.planner._strata import stratum_for
+from koi.planner._strata import band_stratum, stratum_for
 from koi.risk import RiskBand, band, breach_probability, combine_breach
 from koi.scoring import (
     JobTerms,
@@ -287,6 +287,12 @@ class Evaluator:
             return 1.0
         spec = self.models[main.chain.model]
         stratum = stratum_for(main.chain, spec, self.cfg)
+        # A running job's move to a chain it never ran on is predicted with borrowed
+        # corrections: banded by what those got wrong on first windows, not by the stratum's
+        # settled chains, so that a keep telemetry vouches for is not traded for a guess.  A
+        # pending job has no keep: every chain is new to it, and the stratum bands them all.
+        untried = job.id in self.current and not self._tried(job, main.chain)
+        stratum = band_stratum(stratum, untried=untried, cfg=self.cfg)
         keys = self.exercised(ladder)
         prior_u = self._prior_uncertainty(keys)
         risk = self.cfg.risk
@@ -326,6 +332,11 @@ class Evaluator:
                 p_any = 1.0 - math.exp(-env.preemption_per_h * horizon_h * rp.rank.replicas)
                 ps.append(rp.traffic_share * p_any)
         return combine_breach(ps)
+
+    def _tried(self, job: Job, chain: Chain) -> bool:
+        spec = self.models[chain.model]
+        skey = stratum_for(chain, spec, self.cfg).key
+        return tried(self.state.corrections, chain, skey, job.id, self.cfg.corrections)
 
     def capacity_tok_s(self, job: Job, pred: Prediction) -> float:
         """The output rate ``pred``'s ranks can carry at most: each rank's saturation
@@ -428,6 +439,7 @@ class Evaluator:
             breach_floor,
             current,
             tuple(outcome_corr(r.chain) for r in ladder.ranks),
+            tuple(self._tried(job, r.chain) for r in ladder.ranks),
             None if current is None else tuple(full_corr(r.chain) for r in current.ranks),
             self.reference_cost.get(job.id, 1.0),
             None if z_star is None else tuple(z_star.items()),

@@ -42,7 +42,7 @@ from koi.planner._corrections import (
 from koi.planner._regime import Regime, compared_on, window_regime
 from koi.planner._report import LearnReport
 from koi.planner._state import DetectorKey, PlannerState
-from koi.planner._strata import stratum_for
+from koi.planner._strata import FIRST_WINDOWS, band_stratum, stratum_for
 from koi.risk import ResidualHistory, band, relative_residual
 from koi.surrogate import RankCorrection, RankPrediction, Surrogate
 from koi.types import (
@@ -202,13 +202,19 @@ def compare(
                     detectors[key] = detectors[key].reset()
             signatures[ckey] = signatures[jkey] = signature
             regime = window_regime(o, cfg.corrections.backlog_tolerance)
+            # A window on a chain the job had not run on also measures how far borrowed
+            # corrections carry: pooled with the other first windows, it bands untried chains.
+            untried = not state.corrections.has_evidence(jkey, cfg.corrections)
+            banded = band_stratum(stratum, untried=untried, cfg=cfg)
             for variable, observed, pred in compared_pairs(o, rp, regime):
                 r = _residual(variable, observed, pred)
                 key = (skey, variable)
                 detectors[key] = detectors.get(key, Detector(cfg=cfg.cusum)).step(r)
                 touched[key] = True
                 new_residuals.append((stratum, variable, r))
-            covered.extend(_covered(o, rp.outcomes, state, stratum, cfg, regime))
+                if banded is not stratum:
+                    new_residuals.append((banded, variable, r))
+            covered.extend(_covered(o, rp.outcomes, state, banded, cfg, regime))
             entry = state.ledger[(job_id, o.chain)]
             # Unchanged through the window: committed before it, and no replica came up during
             # it (fewer up than committed is a rank that never got the rest: its capacity is
@@ -426,7 +432,8 @@ def _covered(
     cfg: KoiConfig,
     regime: Regime,
 ) -> list[bool]:
-    """Was each banded outcome inside the band built from the history before this tick?
+    """Was each banded outcome inside the band built from the history before this tick (the
+    residuals of ``stratum``: the window's own, or the first windows' on a chain new to the job)?
 
     Outcomes the observation did not measure, or its regime cannot compare, do not count."""
     out = []
@@ -497,10 +504,13 @@ def _var(node: str) -> str:
 
 
 def _child_residuals(residuals: ResidualHistory, edge: EdgeKey) -> dict[str, list[float]]:
-    """The child's residuals per stratum, for the invariance test of ``edge``."""
+    """The child's residuals per stratum, for the invariance test of ``edge`` (the pooled
+    first windows are no environment of their own: each is in its stratum's too)."""
     child = _var(edge[1])
     return {
         stratum.key: list(series)
         for stratum, variable in residuals.keys()  # noqa: SIM118 (a method, not a dict)
-        if variable == child and (series := residuals.get(stratum, variable))
+        if variable == child
+        and stratum != FIRST_WINDOWS
+        and (series := residuals.get(stratum, variable))
     }
