@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from koi.catalog import load_catalog
+from koi.config import KoiConfig
+from koi.planner import Planner
 from koi.sim import World as SimWorld
 from koi.surrogate import RankCorrection, Surrogate
 from koi.types import (
@@ -46,6 +48,14 @@ def pools(
         seen.add(key)
         out.append(Pool(env, per_pool))
     return out
+
+
+def unhurried_planner(cfg: KoiConfig | None = None) -> Planner:
+    """A planner with ``cfg`` (default: koi's defaults) and no tick or proposer deadline, so
+    that a slow test machine cannot change what it decides."""
+    cfg = cfg or KoiConfig()
+    planner = attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
+    return Planner(config=attrs.evolve(cfg, planner=planner))
 
 
 def chat_job(job_id: str = "chat", *, rate: float = 6.0, model: str = "Llama-3.1-8B") -> Job:

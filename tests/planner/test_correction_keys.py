@@ -39,7 +39,7 @@ from koi.types import (
     WorkloadProfile,
 )
 
-from ._world import CATALOG
+from ._world import CATALOG, unhurried_planner
 
 ENV = next(
     e for e in CATALOG.environments(clouds=["aws"]) if e.id.endswith("on_demand/p5.48xlarge")
@@ -61,16 +61,10 @@ LADDERS = {
 }
 
 
-def _planner() -> Planner:
-    cfg = KoiConfig()
-    planner = attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
-    return Planner(config=attrs.evolve(cfg, planner=planner))
-
-
 def _learned(slow: Job = SLOW, fast: Job = FAST) -> Planner:
     """A planner that ran both jobs and saw one steady window of each: the TPOT the prior
     predicts with a 3x slower decode step for ``slow``, as predicted for ``fast``."""
-    planner = _planner()
+    planner = unhurried_planner()
     ladders = {
         j.id: Ladder((Rank(Chain(j.model, ENV, Config(quant=Quant.FP8)), 1),)) for j in (slow, fast)
     }
@@ -160,7 +154,7 @@ def test_without_the_causal_graph_evidence_stays_pooled() -> None:
 def test_a_chain_with_evidence_of_its_own_takes_nothing_from_its_stratum() -> None:
     # The slow chain learned only its decode step (an overloaded window); the other chain's
     # TTFT factor, learned relative to another decode step, must not come with the stratum.
-    planner = _planner()
+    planner = unhurried_planner()
     cc = planner.config.corrections
     slow_chain = LADDERS[SLOW.id].ranks[0].chain
     skey = stratum_for(slow_chain, CATALOG.models[SLOW.model], planner.config).key

@@ -18,8 +18,8 @@ from koi.planner._strata import stratum_for
 from koi.surrogate import RankCorrection, Surrogate
 from koi.types import ActiveDeployment, ClusterSnapshot, Observation
 
-from ._world import CATALOG
-from .test_regime import JOB, MODEL, POOLS, _planner
+from ._world import CATALOG, unhurried_planner
+from .test_regime import JOB, MODEL, POOLS
 
 
 def _quadratic(c: RankCorrection) -> float:
@@ -55,7 +55,7 @@ def test_no_prediction_past_saturation_reads_as_too_slow() -> None:
 def test_a_tick_learns_the_decode_factor_the_window_measured() -> None:
     """The window is what the prior predicts with a decode step twice as slow; the prior's
     TPOT there is over four times its own, so the proportional rule would learn about 4.4."""
-    planner = _planner()
+    planner = unhurried_planner()
     placed = planner.tick(ClusterSnapshot(0.0, [JOB], POOLS, []))
     ladder = placed.plan.action(JOB.id).ladder
     surrogate = Surrogate(CATALOG.gpus, CATALOG.models)

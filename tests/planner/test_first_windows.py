@@ -29,18 +29,12 @@ from koi.types import (
     Rank,
 )
 
-from ._world import CATALOG, chat_job, pools
+from ._world import CATALOG, chat_job, pools, unhurried_planner
 
 SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 JOB = chat_job(rate=6.0)
 POOLS = pools(gpus=("L40S", "H100-SXM"), per_pool=4)
 TPOT = Outcome.TPOT.value
-
-
-def _planner() -> Planner:
-    cfg = KoiConfig()
-    planner = attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
-    return Planner(config=attrs.evolve(cfg, planner=planner))
 
 
 def _window(ladder: Ladder, start_s: float, tpot_factor: float) -> list[Observation]:
@@ -67,7 +61,7 @@ def _window(ladder: Ladder, start_s: float, tpot_factor: float) -> list[Observat
 
 
 def test_a_first_window_is_pooled_with_the_other_first_windows_and_a_later_one_is_not() -> None:
-    planner = _planner()
+    planner = unhurried_planner()
     ladder = planner.tick(ClusterSnapshot(0.0, [JOB], POOLS, [])).plan.action(JOB.id).ladder
     assert not ladder.is_empty
     stratum = stratum_for(ladder.ranks[0].chain, CATALOG.models[JOB.model], planner.config)

@@ -38,7 +38,7 @@ from koi.types import (
     WorkloadProfile,
 )
 
-from ._world import CATALOG
+from ._world import CATALOG, unhurried_planner
 
 ENV = next(
     e for e in CATALOG.environments(clouds=["aws"]) if e.id.endswith("on_demand/p5.48xlarge")
@@ -53,12 +53,6 @@ JOB = Job(
     ServingTarget.online(p99_ttft_ms=300.0, p99_tpot_ms=60.0),
 )
 POOLS = [Pool(ENV, 4)]
-
-
-def _planner(cfg: KoiConfig | None = None) -> Planner:
-    cfg = cfg or KoiConfig()
-    planner = attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
-    return Planner(config=attrs.evolve(cfg, planner=planner))
 
 
 def _observations(
@@ -108,7 +102,7 @@ def _after_window(
 ) -> tuple[Planner, TickResult, Ladder]:
     """Place the job, let it run from ``since_s``, then report the window [300, 600) in
     which its ranks served ``served`` (40 %) of the prior's capacity with a 60 s p99 TTFT."""
-    planner = _planner(cfg)
+    planner = unhurried_planner(cfg)
     # Launched (no launcher plugin: the plan is what runs), so the ledger holds its prediction.
     placed = planner.tick(ClusterSnapshot(0.0, [job], POOLS, []))
     ladder = placed.plan.action(job.id).ladder
@@ -131,7 +125,7 @@ def _stratum(planner: Planner, ladder: Ladder) -> str:
 
 
 def test_the_regime_of_a_window() -> None:
-    base = _planner().tick(ClusterSnapshot(0.0, [JOB], POOLS, []), launch=False)
+    base = unhurried_planner().tick(ClusterSnapshot(0.0, [JOB], POOLS, []), launch=False)
     ladder = base.plan.action(JOB.id).ladder
     (steady, *_) = _observations(ladder, start_s=0.0, served=1.0, completed=0.9, ttft_ms=1.0)
     assert window_regime(steady, 0.15) is Regime.STEADY
@@ -275,7 +269,7 @@ def test_a_prefill_step_is_bounded_by_the_overload_step_too() -> None:
     served half its predicted capacity at the predicted TPOT implies a 16x prefill step
     (Llama-3.1-70B's overloaded windows on hetero-3h taught 17x, which made its 24K-token
     summaries look hopeless on every GPU type); one window moves it at most ``overload_step``."""
-    ladder = _planner().tick(ClusterSnapshot(0.0, [JOB], POOLS, []), launch=False)
+    ladder = unhurried_planner().tick(ClusterSnapshot(0.0, [JOB], POOLS, []), launch=False)
     ladder = ladder.plan.action(JOB.id).ladder
     (o,) = _observations(ladder, start_s=0.0, served=0.5, completed=0.5, ttft_ms=1.0)
     (rp,) = Surrogate(CATALOG.gpus, CATALOG.models).screen(JOB, ladder, now_s=0.0).ranks
@@ -329,7 +323,7 @@ def test_a_rank_short_of_its_replicas_still_gives_a_capacity_sample() -> None:
     at one replica, so its throughput is that replica's capacity (before, a rank whose
     replicas never all came up never gave a capacity sample and stayed overloaded on the
     prior's prediction for the whole run: chat-70b on homo-12h)."""
-    planner = _planner()
+    planner = unhurried_planner()
     placed = planner.tick(ClusterSnapshot(0.0, [JOB], POOLS, []))
     ladder = placed.plan.action(JOB.id).ladder
     (rank,) = ladder.ranks

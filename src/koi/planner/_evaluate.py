@@ -117,6 +117,7 @@ class Evaluator:
         self._prior: dict[frozenset[tuple[EdgeKey, Stratum]], float] = {}
         self._unit_bands: dict[tuple[Stratum, Outcome, float], RiskBand] = {}
         self._scopes: dict[RankContext, tuple[Mechanism, ...]] = {}
+        self._tried_chains: dict[tuple[str, Chain], bool] = {}
         # The planner may lend a memo of the corrections that outlives the tick.
         self._shared = shared_corrections or SharedCorrections()
         # ... and one of evaluated candidates, valid while the tick's global inputs are.
@@ -334,9 +335,13 @@ class Evaluator:
         return combine_breach(ps)
 
     def _tried(self, job: Job, chain: Chain) -> bool:
-        spec = self.models[chain.model]
-        skey = stratum_for(chain, spec, self.cfg).key
-        return tried(self.state.corrections, chain, skey, job.id, self.cfg.corrections)
+        """Has ``job`` run on ``chain`` (once per tick: its candidates share chains)?"""
+        hit = self._tried_chains.get((job.id, chain))
+        if hit is None:
+            skey = stratum_for(chain, self.models[chain.model], self.cfg).key
+            hit = tried(self.state.corrections, chain, skey, job.id, self.cfg.corrections)
+            self._tried_chains[(job.id, chain)] = hit
+        return hit
 
     def capacity_tok_s(self, job: Job, pred: Prediction) -> float:
         """The output rate ``pred``'s ranks can carry at most: each rank's saturation
@@ -439,7 +444,8 @@ class Evaluator:
             breach_floor,
             current,
             tuple(outcome_corr(r.chain) for r in ladder.ranks),
-            tuple(self._tried(job, r.chain) for r in ladder.ranks),
+            # Only a running job's band reads whether it ran on the chain.
+            tuple(self._tried(job, r.chain) for r in ladder.ranks) if current is not None else (),
             None if current is None else tuple(full_corr(r.chain) for r in current.ranks),
             self.reference_cost.get(job.id, 1.0),
             None if z_star is None else tuple(z_star.items()),
