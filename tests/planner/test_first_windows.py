@@ -4,7 +4,7 @@ on first windows.
 A job's first window on a chain measures how far the corrections it borrowed for that chain
 (its siblings', its stratum's) carry; once the job has run there, its own corrections predict
 it.  Measured on hetero-3h seed 0, the first windows' p99 TPOT residuals reach +2.95 at their
-95th percentile, the settled chains' +0.71 (docs/planner.md, "Bands for untried chains").
+95th percentile, the settled chains' +0.71 (docs/benchmark.md, "Bands for untried chains").
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_a_move_to_an_untried_chain_takes_the_first_windows_band_and_c3_rejects_
     assert not tried.rejected
 
 
-def test_a_pending_job_is_banded_by_its_strata() -> None:
+def test_a_pending_job_is_banded_by_its_stratum() -> None:
     """Every chain is new to a job that has not started: there is no keep to protect."""
     cfg = KoiConfig()
     ladder = _ladder()

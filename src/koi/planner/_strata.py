@@ -15,7 +15,7 @@ __all__ = ["FIRST_WINDOWS", "GLOBAL", "band_stratum", "stratum_for"]
 GLOBAL = Stratum(gpu="all", model_class="all", engine="all")
 #: Where the residuals of a job's first windows on a chain are pooled, over every stratum:
 #: what the corrections a job borrows for a chain it never ran on get wrong (docs/planner.md,
-#: "Bands for untried chains").
+#: "Candidate value (S5)").
 FIRST_WINDOWS = Stratum(gpu="first-windows", model_class="all", engine="all")
 
 
