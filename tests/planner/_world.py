@@ -15,7 +15,10 @@ import attrs
 
 from koi.catalog import load_catalog
 from koi.config import KoiConfig
+from koi.dag import default_dag
 from koi.planner import Planner
+from koi.planner._evaluate import Evaluator
+from koi.planner._state import PlannerState
 from koi.sim import World as SimWorld
 from koi.surrogate import RankCorrection, Surrogate
 from koi.types import (
@@ -56,6 +59,23 @@ def unhurried_planner(cfg: KoiConfig | None = None) -> Planner:
     cfg = cfg or KoiConfig()
     planner = attrs.evolve(cfg.planner, tick_deadline_s=None, proposer_timeout_s=None)
     return Planner(config=attrs.evolve(cfg, planner=planner))
+
+
+def catalog_evaluator(
+    snapshot: ClusterSnapshot, state: PlannerState, cfg: KoiConfig, *, cost_scale: float = 0.2
+) -> Evaluator:
+    """S5's evaluator on the catalog, the default causal graph and the closed-form surrogate,
+    every job's cost scale ``cost_scale``."""
+    return Evaluator(
+        snapshot=snapshot,
+        state=state,
+        surrogate=Surrogate(CATALOG.gpus, CATALOG.models),
+        gpus=CATALOG.gpus,
+        models=CATALOG.models,
+        dag=default_dag(),
+        cfg=cfg,
+        reference_cost={j.id: cost_scale for j in snapshot.jobs},
+    )
 
 
 def chat_job(job_id: str = "chat", *, rate: float = 6.0, model: str = "Llama-3.1-8B") -> Job:

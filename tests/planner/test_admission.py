@@ -9,7 +9,6 @@ import pytest
 
 from koi.candidates import CandidateGenerator, ProposalContext
 from koi.config import KoiConfig
-from koi.dag import default_dag
 from koi.planner import Planner, TickResult
 from koi.planner._admission import admit, effort_picks, served_fraction, struggling
 from koi.planner._evaluate import Evaluator
@@ -37,7 +36,7 @@ from koi.types import (
     WorkloadProfile,
 )
 
-from ._world import CATALOG
+from ._world import CATALOG, catalog_evaluator
 
 ENV = next(e for e in CATALOG.environments(clouds=["aws"]) if e.id.endswith("on_demand/g6e.xlarge"))
 MODEL = "Llama-3.1-8B"
@@ -150,16 +149,7 @@ def test_best_effort_ladders_compete_at_the_fidelity_of_the_keep() -> None:
 
 
 def _effort_evaluator(job: Job, snapshot: ClusterSnapshot, cfg: KoiConfig) -> Evaluator:
-    return Evaluator(
-        snapshot=snapshot,
-        state=Planner.initial_state(cfg),
-        surrogate=SURROGATE,
-        gpus=CATALOG.gpus,
-        models=CATALOG.models,
-        dag=default_dag(),
-        cfg=cfg,
-        reference_cost={job.id: 0.2},
-    )
+    return catalog_evaluator(snapshot, Planner.initial_state(cfg), cfg)
 
 
 class _NoProposals(CandidateGenerator):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import attrs
 
 from koi.config import KoiConfig
-from koi.dag import default_dag
 from koi.planner import Planner
 from koi.planner._evaluate import Evaluator
 from koi.planner._state import PlannerState
@@ -23,7 +22,7 @@ from koi.types import (
     Rank,
 )
 
-from ._world import CATALOG, chat_job, pools
+from ._world import CATALOG, catalog_evaluator, chat_job, pools
 
 SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 JOB = attrs.evolve(  # a tight TPOT bound the candidate meets with little room to spare
@@ -35,16 +34,7 @@ JOB = attrs.evolve(  # a tight TPOT bound the candidate meets with little room t
 
 def _evaluator(state: PlannerState, cfg: KoiConfig = KoiConfig()) -> Evaluator:  # noqa: B008
     snapshot = ClusterSnapshot(0.0, [JOB], pools(gpus=("L40S",), per_pool=4))
-    return Evaluator(
-        snapshot=snapshot,
-        state=state,
-        surrogate=SURROGATE,
-        gpus=CATALOG.gpus,
-        models=CATALOG.models,
-        dag=default_dag(),
-        cfg=cfg,
-        reference_cost={JOB.id: 0.2},
-    )
+    return catalog_evaluator(snapshot, state, cfg)
 
 
 def _ladder(market: Market = Market.ON_DEMAND, replicas: int = 1) -> Ladder:
@@ -108,16 +98,7 @@ def test_tau_rejects_risky_changes_but_never_a_running_ladder() -> None:
     snapshot = ClusterSnapshot(
         0.0, [JOB], pools(gpus=("L40S",), per_pool=4), [ActiveDeployment(JOB.id, ladder)]
     )
-    keep_eval = Evaluator(
-        snapshot=snapshot,
-        state=state,
-        surrogate=SURROGATE,
-        gpus=CATALOG.gpus,
-        models=CATALOG.models,
-        dag=default_dag(),
-        cfg=strict,
-        reference_cost={JOB.id: 0.2},
-    )
+    keep_eval = catalog_evaluator(snapshot, state, strict)
     keep = keep_eval.evaluate(JOB, ladder, key="keep").report
     assert keep.kind is ActionKind.KEEP
     assert not keep.rejected
@@ -137,16 +118,7 @@ def test_a_precision_the_owner_does_not_list_is_c2_infeasible_even_when_running(
     snapshot = ClusterSnapshot(
         0.0, [bf16_only], pools(gpus=("L40S",), per_pool=4), [ActiveDeployment(JOB.id, ladder)]
     )
-    keep_eval = Evaluator(
-        snapshot=snapshot,
-        state=state,
-        surrogate=SURROGATE,
-        gpus=CATALOG.gpus,
-        models=CATALOG.models,
-        dag=default_dag(),
-        cfg=KoiConfig(),
-        reference_cost={JOB.id: 0.2},
-    )
+    keep_eval = catalog_evaluator(snapshot, state, KoiConfig())
     keep = keep_eval.evaluate(bf16_only, ladder, key="keep").report
     assert keep.kind is ActionKind.KEEP
     assert keep.rejected.startswith("C2: precision policy")

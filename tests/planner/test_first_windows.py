@@ -12,7 +12,6 @@ from __future__ import annotations
 import attrs
 
 from koi.config import KoiConfig
-from koi.dag import default_dag
 from koi.planner import Planner
 from koi.planner._corrections import DECODE_TIME, correction_key, job_key
 from koi.planner._evaluate import Evaluator
@@ -29,7 +28,7 @@ from koi.types import (
     Rank,
 )
 
-from ._world import CATALOG, chat_job, pools, unhurried_planner
+from ._world import CATALOG, catalog_evaluator, chat_job, pools, unhurried_planner
 
 SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 JOB = chat_job(rate=6.0)
@@ -99,16 +98,9 @@ def _evaluator(cfg: KoiConfig, *, tried: bool, running: bool = True) -> Evaluato
         own = job_key(correction_key(chain, stratum.key), JOB.id)
         corrections = corrections.record([(own, DECODE_TIME, 1.0, 1.0, 1.0)], cfg.corrections)
     active = [ActiveDeployment(JOB.id, _ladder("H100-SXM"), 0.0)] if running else []
-    return Evaluator(
-        snapshot=ClusterSnapshot(600.0, [JOB], POOLS, active),
-        state=attrs.evolve(state, residuals=residuals, corrections=corrections),
-        surrogate=SURROGATE,
-        gpus=CATALOG.gpus,
-        models=CATALOG.models,
-        dag=default_dag(),
-        cfg=cfg,
-        reference_cost={JOB.id: 0.2},
-    )
+    snapshot = ClusterSnapshot(600.0, [JOB], POOLS, active)
+    state = attrs.evolve(state, residuals=residuals, corrections=corrections)
+    return catalog_evaluator(snapshot, state, cfg)
 
 
 def test_a_move_to_an_untried_chain_takes_the_first_windows_band_and_c3_rejects_it() -> None:
