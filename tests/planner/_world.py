@@ -35,6 +35,8 @@ from koi.types import (
 )
 
 CATALOG = load_catalog()
+#: One closed-form surrogate for the tests that screen with it (it only memoizes).
+SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 TICK_S = 300.0
 
 
@@ -69,7 +71,7 @@ def catalog_evaluator(
     return Evaluator(
         snapshot=snapshot,
         state=state,
-        surrogate=Surrogate(CATALOG.gpus, CATALOG.models),
+        surrogate=SURROGATE,
         gpus=CATALOG.gpus,
         models=CATALOG.models,
         dag=default_dag(),

@@ -15,7 +15,6 @@ from koi.planner._evaluate import Evaluator
 from koi.planner._progress import Progress, late_batch_jobs, work_time_s
 from koi.planner._report import Verdict
 from koi.planner._safety import repairs_only
-from koi.surrogate import Surrogate
 from koi.types import (
     ActionKind,
     ActiveDeployment,
@@ -36,12 +35,11 @@ from koi.types import (
     WorkloadProfile,
 )
 
-from ._world import CATALOG, catalog_evaluator
+from ._world import CATALOG, SURROGATE, catalog_evaluator
 
 ENV = next(e for e in CATALOG.environments(clouds=["aws"]) if e.id.endswith("on_demand/g6e.xlarge"))
 MODEL = "Llama-3.1-8B"
 CHAIN = Chain(MODEL, ENV, Config(tp=1, quant=Quant.BF16))
-SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 
 
 def _online(

@@ -9,7 +9,6 @@ from koi.planner import Planner
 from koi.planner._evaluate import Evaluator
 from koi.planner._state import PlannerState
 from koi.risk import EpsilonCalibrator
-from koi.surrogate import Surrogate
 from koi.types import (
     ActionKind,
     ActiveDeployment,
@@ -24,7 +23,6 @@ from koi.types import (
 
 from ._world import CATALOG, catalog_evaluator, chat_job, pools
 
-SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 JOB = attrs.evolve(  # a tight TPOT bound the candidate meets with little room to spare
     chat_job(rate=6.0),
     target=attrs.evolve(chat_job().target, p99_tpot_ms=29.0),

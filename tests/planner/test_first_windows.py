@@ -12,11 +12,12 @@ from __future__ import annotations
 import attrs
 
 from koi.config import KoiConfig
+from koi.dag import default_dag
 from koi.planner import Planner
 from koi.planner._corrections import DECODE_TIME, correction_key, job_key
 from koi.planner._evaluate import Evaluator
+from koi.planner._learn import _child_residuals
 from koi.planner._strata import FIRST_WINDOWS, GLOBAL, band_stratum, stratum_for
-from koi.surrogate import Surrogate
 from koi.types import (
     ActiveDeployment,
     Chain,
@@ -28,9 +29,8 @@ from koi.types import (
     Rank,
 )
 
-from ._world import CATALOG, catalog_evaluator, chat_job, pools, unhurried_planner
+from ._world import CATALOG, SURROGATE, catalog_evaluator, chat_job, pools, unhurried_planner
 
-SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 JOB = chat_job(rate=6.0)
 POOLS = pools(gpus=("L40S", "H100-SXM"), per_pool=4)
 TPOT = Outcome.TPOT.value
@@ -129,3 +129,14 @@ def test_without_the_causal_graph_first_windows_are_not_kept_apart() -> None:
     assert band_stratum(GLOBAL, untried=True, cfg=nograph) == GLOBAL
     assert band_stratum(GLOBAL, untried=True, cfg=KoiConfig()) == FIRST_WINDOWS
     assert band_stratum(GLOBAL, untried=False, cfg=KoiConfig()) == GLOBAL
+
+
+def test_the_pooled_first_windows_are_no_environment_of_the_invariance_test() -> None:
+    """Each first window is in its stratum's history too: pooled, it would count twice, as an
+    environment spanning every stratum."""
+    stratum = stratum_for(_ladder().ranks[0].chain, CATALOG.models[JOB.model], KoiConfig())
+    edge = next(e for e in default_dag().edges if e[1].endswith(TPOT))
+    residuals = Planner.initial_state(KoiConfig()).residuals.add_residuals(
+        [(FIRST_WINDOWS, TPOT, 1.5), (stratum, TPOT, 1.5)]
+    )
+    assert list(_child_residuals(residuals, edge)) == [stratum.key]
