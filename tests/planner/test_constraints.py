@@ -172,15 +172,23 @@ def check_constraints(planner: Planner, snapshot: ClusterSnapshot, result: TickR
     free = Counter(capacity)
     for ladder in current.values():
         free.subtract(ladder.gpus_by_pool())
-    best_effort: Counter[str] = Counter()
+    best_effort: Counter[str] = Counter()  # GPUs best effort takes beyond its jobs' own
+    room: Counter[str] = Counter({p: max(n, 0) for p, n in free.items()})
     for c in result.candidates:  # C3 for every chosen change but the best-effort ones
-        if c.chosen and c.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE):
+        if not c.chosen:
+            continue
+        held = current[c.job_id].gpus_by_pool() if c.job_id in current else {}
+        if "make-room" in c.sources:  # a donor's scale-in or stop frees its GPUs for them
+            new = c.ladder.gpus_by_pool()
+            room.update({p: n - new.get(p, 0) for p, n in held.items() if n > new.get(p, 0)})
+        if c.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE):
             if "best-effort" in c.sources:
-                best_effort.update(c.ladder.gpus_by_pool())
+                extra = {p: n - held.get(p, 0) for p, n in c.ladder.gpus_by_pool().items()}
+                best_effort.update({p: n for p, n in extra.items() if n > 0})
             else:
                 assert c.breach_probability <= tau
     for pool, used in best_effort.items():  # ...which take only GPUs nobody holds
-        assert used <= max(free[pool], 0), f"best effort on {pool}: {used} > {free[pool]}"
+        assert used <= room[pool], f"best effort on {pool}: {used} > {room[pool]}"
     moved = sum(a.kind is ActionKind.RECONFIGURE for a in plan.actions)
     assert moved <= result.knobs["swap_budget"]  # C4
     jobs = {j.id: j for j in snapshot.jobs}
