@@ -126,8 +126,14 @@ def test_overload_hurts_margin_and_ttft(sur: Surrogate) -> None:
 
 def test_overload_ttft_grows_with_the_window() -> None:
     job = _online(rate=40.0)
-    short = Surrogate(gpus(), models(), SurrogateConfig(use_replay=False, replay_horizon_s=30))
-    long = Surrogate(gpus(), models(), SurrogateConfig(use_replay=False, replay_horizon_s=120))
+
+    def surrogate(horizon_s: float) -> Surrogate:
+        cfg = SurrogateConfig(
+            use_replay=False, replay_horizon_s=horizon_s, replay_max_requests=10**6
+        )
+        return Surrogate(gpus(), models(), cfg)
+
+    short, long = surrogate(30.0), surrogate(120.0)
     lad = _ladder(("L4", 1, 1))
     assert (
         long.predict(job, lad).outcomes.p99_ttft_ms
@@ -136,6 +142,22 @@ def test_overload_ttft_grows_with_the_window() -> None:
     ok = _online(rate=1.0)
     a, b = short.predict(ok, lad).outcomes.p99_ttft_ms, long.predict(ok, lad).outcomes.p99_ttft_ms
     assert a == pytest.approx(b, rel=0.05)
+
+
+def test_an_overloaded_screen_waits_as_long_as_its_replay_would() -> None:
+    # hetero-3h's summ-qwen32b at 0.14 req/s per replica: the replay of eleven replicas ran
+    # about 1,100 s and its backlog aged past 1,800 s, while the screen of five overloaded
+    # replicas aged its queue over 30 s only (60 s) and won on value.  Both now measure the
+    # backlog over the replay's horizon (300 requests at this rate, 150 s at 2 req/s).
+    job, lad = _online(rate=2.0), _ladder(("L4", 1, 1))
+    cfg = SurrogateConfig(use_replay=False)
+    assert cfg.replay_min_requests / 2.0 == 150.0 > cfg.replay_horizon_s
+    screened = Surrogate(gpus(), models(), cfg).screen(job, lad).outcomes.p99_ttft_ms
+    at_150 = attrs.evolve(cfg, replay_horizon_s=150.0, replay_min_requests=1)
+    expected = Surrogate(gpus(), models(), at_150).screen(job, lad).outcomes.p99_ttft_ms
+    assert screened == pytest.approx(expected, rel=0.02)  # the rate is snapped to a grid
+    at_30 = Surrogate(gpus(), models(), attrs.evolve(cfg, replay_min_requests=1))
+    assert screened > 2 * at_30.screen(job, lad).outcomes.p99_ttft_ms
 
 
 def test_batch_margin_from_completion_time(sur: Surrogate) -> None:

@@ -14,7 +14,7 @@ from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._memory import feasibility, iteration_tokens, node_gpu
 from koi.surrogate._predict import mediators_of, workload_lengths
 from koi.surrogate._protocol import LoadProtocol
-from koi.surrogate._replay_adapter import replay_protocol
+from koi.surrogate._replay_adapter import replay_horizon, replay_protocol
 from koi.surrogate._substitute import ProfileSource, select_step_model
 from koi.types import Config, Environment, GpuSpec, ModelSpec
 
@@ -153,7 +153,7 @@ def predict_serving(
         est, mean_ttft, mean_tpot = run.estimate, run.mean_ttft_ms, run.mean_tpot_ms
     else:
         if rate_rps is not None:
-            est = estimate_open_loop(load, rate_rps / replicas, cfg.replay_horizon_s)
+            est = estimate_open_loop(load, rate_rps / replicas, replay_horizon(rate_rps, cfg))
         else:
             assert concurrency is not None
             est = estimate_closed_loop(load, concurrency / replicas)

@@ -30,7 +30,7 @@ from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._correct import MemoStepModel, RankCorrection, ScaledStepModel
 from koi.surrogate._memory import Feasibility, feasibility, iteration_tokens, node_gpu
 from koi.surrogate._prefix import NO_HIT, PrefixHit, cached_load, prefix_hit
-from koi.surrogate._replay_adapter import replay_closed_loop, replay_open_loop
+from koi.surrogate._replay_adapter import replay_closed_loop, replay_horizon, replay_open_loop
 from koi.surrogate._substitute import ProfileSource, select_step_model
 from koi.surrogate.replay._cache import CachedStepModel
 from koi.surrogate.replay._config import ReplayConfig
@@ -665,12 +665,16 @@ class Surrogate:
                     sat=self._saturation(rkey, load),
                 )
             else:
-                key = (rkey, "open-screen", per_replica)
+                # Past saturation the p99 TTFT is the queue's age after the horizon: the one
+                # the replay of this rank would run, so that an overloaded ladder the screen
+                # keeps is not judged over a shorter backlog than a replayed one.
+                m = min(r.rank.replicas, cfg.replay_max_replicas)
+                key = (rkey, "open-screen", per_replica, m)
                 run = partial(
                     estimate_open_loop,
                     load,
                     per_replica,
-                    cfg.replay_horizon_s,
+                    replay_horizon(per_replica * m, cfg),
                     sat=self._saturation(rkey, load),
                 )
             if served is not None:

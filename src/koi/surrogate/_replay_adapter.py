@@ -104,7 +104,9 @@ def _estimate(
     )
 
 
-def _horizon(rate: float, cfg: SurrogateConfig) -> float:
+def replay_horizon(rate: float, cfg: SurrogateConfig) -> float:
+    """Seconds a replay of ``rate`` requests/s runs: ``replay_horizon_s``, stretched to hold
+    at least ``replay_min_requests`` and at most ``replay_max_requests``."""
     if rate <= 0:
         return cfg.replay_horizon_s
     lo = cfg.replay_min_requests / rate
@@ -132,7 +134,7 @@ def replay_open_loop(
     own, with the same values.  ``sat`` is ``saturation(load)`` when the caller has it.
     """
     n = replicas
-    horizon = horizon_s if horizon_s is not None else _horizon(rate_rps, cfg)
+    horizon = horizon_s if horizon_s is not None else replay_horizon(rate_rps, cfg)
     analytic = estimate_open_loop(load, rate_rps / n, horizon, sat=sat)
     mod = _engine()
     if mod is None or rate_rps <= 0:
@@ -176,7 +178,7 @@ def replay_closed_loop(
     if mod is None or not hasattr(mod, "run_closed_loop"):
         return analytic
     rate = analytic.throughput_tok_s * n / max(load.output_len.mean, 1.0)
-    horizon = horizon_s if horizon_s is not None else _horizon(rate, cfg)
+    horizon = horizon_s if horizon_s is not None else replay_horizon(rate, cfg)
     count = min(max(math.ceil(rate * horizon * 1.5) + concurrency, concurrency), 100_000)
     workload = WorkloadProfile(
         input_len=load.input_len, output_len=load.output_len, total_requests=1
@@ -250,7 +252,7 @@ def replay_protocol(
         horizon = 4.0 * len(requests) / max(rate, 1e-9) + 60.0
         stats = mod.run_closed_loop(specs, routing, requests, conc, horizon)
     else:
-        horizon = _horizon(rate, cfg)
+        horizon = replay_horizon(rate, cfg)
         count = min(math.ceil(rate * horizon * 1.7) + conc, 100_000)
         requests = _burst_requests(
             mod, attrs.evolve(protocol, burst=True, request_count=count), load, rng
