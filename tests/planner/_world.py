@@ -9,7 +9,7 @@ measured world of ``koi.sim``, which no koi correction reproduces exactly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import attrs
 
@@ -17,7 +17,8 @@ from koi.catalog import load_catalog
 from koi.config import KoiConfig
 from koi.dag import default_dag
 from koi.planner import Planner
-from koi.planner._evaluate import Evaluator
+from koi.planner._corrections import SharedCorrections
+from koi.planner._evaluate import EvaluationMemo, Evaluator
 from koi.planner._state import PlannerState
 from koi.sim import World as SimWorld
 from koi.surrogate import RankCorrection, Surrogate
@@ -64,10 +65,18 @@ def unhurried_planner(cfg: KoiConfig | None = None) -> Planner:
 
 
 def catalog_evaluator(
-    snapshot: ClusterSnapshot, state: PlannerState, cfg: KoiConfig, *, cost_scale: float = 0.2
+    snapshot: ClusterSnapshot,
+    state: PlannerState,
+    cfg: KoiConfig,
+    *,
+    cost_scale: float = 0.2,
+    cost_scales: Mapping[str, float] | None = None,
+    memo: EvaluationMemo | None = None,
+    shared: SharedCorrections | None = None,
 ) -> Evaluator:
-    """S5's evaluator on the catalog, the default causal graph and the closed-form surrogate,
-    every job's cost scale ``cost_scale``."""
+    """S5's evaluator on the catalog, the default causal graph and the shared surrogate; every
+    job's cost scale ``cost_scale`` unless ``cost_scales`` names it; ``memo`` and ``shared``
+    are the evaluation memo and corrections it reuses across ticks (none by default)."""
     return Evaluator(
         snapshot=snapshot,
         state=state,
@@ -76,7 +85,9 @@ def catalog_evaluator(
         models=CATALOG.models,
         dag=default_dag(),
         cfg=cfg,
-        reference_cost={j.id: cost_scale for j in snapshot.jobs},
+        reference_cost={j.id: cost_scale for j in snapshot.jobs} | dict(cost_scales or {}),
+        shared_corrections=shared,
+        memo=memo,
     )
 
 

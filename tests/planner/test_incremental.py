@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import attrs
 
 from koi.config import KoiConfig
-from koi.dag import default_dag
 from koi.planner import Planner
 from koi.planner._corrections import (
     DECODE_TIME,
@@ -19,12 +18,10 @@ from koi.planner._corrections import (
     correction_fn,
     correction_key,
 )
-from koi.planner._evaluate import Evaluated, EvaluationMemo, Evaluator
-from koi.planner._state import PlannerState
+from koi.planner._evaluate import Evaluated, EvaluationMemo
 from koi.planner._strata import stratum_for
 from koi.risk import EpsilonCalibrator
 from koi.sim import load_scenario, run
-from koi.surrogate import Surrogate
 from koi.types import (
     ActionKind,
     ActiveDeployment,
@@ -39,7 +36,7 @@ from koi.types import (
     Rank,
 )
 
-from ._world import CATALOG, chat_job, pools
+from ._world import CATALOG, catalog_evaluator, chat_job, pools
 
 
 class _Twin:
@@ -117,7 +114,6 @@ def test_a_tick_with_nothing_new_reuses_evaluations_and_plans_as_from_scratch() 
 # ---- the evaluation memo, one input at a time ------------------------------------------------
 
 _CFG = KoiConfig()
-_SURROGATE = Surrogate(CATALOG.gpus, CATALOG.models)
 _POOLS = pools(gpus=("L40S", "H100-SXM"), per_pool=8)
 _A = chat_job("a", rate=4.0)
 _B = chat_job("b", rate=2.0)
@@ -129,28 +125,6 @@ def _ladder(gpu: str, replicas: int, quant: Quant = Quant.BF16) -> Ladder:
 
 
 _LADDERS = (_ladder("L40S", 1), _ladder("L40S", 2, Quant.INT4), _ladder("H100-SXM", 1))
-
-
-def _evaluator(
-    snapshot: ClusterSnapshot,
-    state: PlannerState,
-    *,
-    memo: EvaluationMemo | None,
-    shared: SharedCorrections | None,
-    cost_scale: float,
-) -> Evaluator:
-    return Evaluator(
-        snapshot=snapshot,
-        state=state,
-        surrogate=_SURROGATE,
-        gpus=CATALOG.gpus,
-        models=CATALOG.models,
-        dag=default_dag(),
-        cfg=_CFG,
-        reference_cost={_A.id: cost_scale, _B.id: 0.2},
-        shared_corrections=shared,
-        memo=memo,
-    )
 
 
 def test_an_evaluation_is_reused_only_while_every_input_of_it_is_unchanged() -> None:
@@ -215,8 +189,11 @@ def test_an_evaluation_is_reused_only_while_every_input_of_it_is_unchanged() -> 
     memo, shared = EvaluationMemo(), SharedCorrections()
     before: list[Evaluated] = []
     for what, snapshot, state, cost_scale, reused in steps:
-        warm = _evaluator(snapshot, state, memo=memo, shared=shared, cost_scale=cost_scale)
-        cold = _evaluator(snapshot, state, memo=None, shared=None, cost_scale=cost_scale)
+        scales = {_A.id: cost_scale}
+        warm = catalog_evaluator(
+            snapshot, state, _CFG, cost_scales=scales, memo=memo, shared=shared
+        )
+        cold = catalog_evaluator(snapshot, state, _CFG, cost_scales=scales)
         hits = memo.hits
         got = [warm.evaluate(_A, lad, key=f"c{k}") for k, lad in enumerate(_LADDERS)]
         fresh = [cold.evaluate(_A, lad, key=f"c{k}") for k, lad in enumerate(_LADDERS)]

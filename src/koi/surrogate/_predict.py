@@ -649,8 +649,8 @@ class Surrogate:
                 hit = self._hit(job, r, first.mean_batch)
             load, rkey = self._with_hit(r, hit)
             key: tuple[Any, ...]
+            m = min(r.rank.replicas, cfg.replay_max_replicas)  # replicas a replay runs
             if replay:
-                m = min(r.rank.replicas, cfg.replay_max_replicas)
                 key = (rkey, "open", m, routing, per_replica, w.arrival, w.gamma_cv)
                 run = partial(
                     replay_open_loop,
@@ -668,7 +668,6 @@ class Surrogate:
                 # Past saturation the p99 TTFT is the queue's age after the horizon: the one
                 # the replay of this rank would run, so that an overloaded ladder the screen
                 # keeps is not judged over a shorter backlog than a replayed one.
-                m = min(r.rank.replicas, cfg.replay_max_replicas)
                 key = (rkey, "open-screen", per_replica, m)
                 run = partial(
                     estimate_open_loop,
