@@ -16,6 +16,7 @@ import math
 from typing import NamedTuple
 
 import attrs
+from scipy.special import betainc
 
 from koi.surrogate.replay._step import (
     PartsFn,
@@ -81,6 +82,9 @@ class RankLoad:
     sync_weight: float = 0.5
     mixed_prefill: bool = True  # the engine's iteration scheduler (EngineProfile)
     chunk_admission: bool = False  # the engine's KV admission policy (EngineProfile)
+    # The recompute collapse of a chunk-admitting engine (see :func:`_collapse_rate`).
+    collapse_requests: float = 300.0
+    collapse_dispersion: float = 6.0
     # The step model's times as tuples: the closed form makes millions of steps.
     parts: PartsFn = attrs.field(
         default=attrs.Factory(lambda self: parts_of(self.step_model), takes_self=True),
@@ -340,7 +344,59 @@ def saturation(load: RankLoad) -> Saturation:
         else:
             hi = mid
     mix = _mix_of(load, lo, st, b, ctx, inp)
-    return b, b / mix.mean_s, mix, memo
+    sat = (b, b / mix.mean_s, mix, memo)
+    # A replica that would collapse below its saturation is only as good as its stable rate.
+    return b, min(sat[1], _collapse_rate(load, sat) * out), mix, memo
+
+
+# Halvings of the stable rate's bracket: a thousandth of the saturation rate.
+_COLLAPSE_HALVINGS = 10
+
+
+def _collapse_rate(load: RankLoad, sat: Saturation) -> float:
+    """The request rate above which a chunk-admitting replica is likely to fall into a
+    recompute collapse within ``load.collapse_requests`` requests (``sat``'s rate if never).
+
+    Such an engine admits a prompt once its first slice fits, so when more than
+    ``n_fit = KV / (I + O)`` requests are in the replica at once, the admitted ones evict each
+    other and a prompt longer than one slice is recomputed again and again; the replica then
+    finishes a small share of what it did and, under steady arrivals, never recovers.  The
+    requests in the replica (decoding, plus those waiting for their first token: Little's law
+    on this estimate) are taken negative-binomial — a burst of prompts slows every decode, so
+    the count is over-dispersed, the more so the fewer the KV holds, with shape
+    ``n_fit / collapse_dispersion`` — and the replica is stable while the expected number of
+    requests that find ``⌈n_fit⌉`` in it, ``collapse_requests · P(N ≥ ⌈n_fit⌉)``, is at most
+    one.  ``collapse_requests`` is the shortest replay's; the dispersion was fitted to the
+    replay engine (docs/surrogate.md, "Recompute collapse").
+    """
+    inp, out = load.input_len.mean, load.output_len.mean
+    rate_sat = sat[1] / out
+    kv = float(load.kv_capacity_tokens)
+    n_fit = kv / (inp + out)
+    # An evicted prompt of one slice comes back in one iteration; a cache that admits no
+    # more than it can finish never evicts.
+    if not load.chunk_admission or inp <= load.max_batched_tokens:
+        return rate_sat
+    if min(float(load.max_batch_size), kv / load.max_batched_tokens) <= n_fit:
+        return rate_sat
+    level = math.ceil(n_fit)
+    shape = max(1.0, n_fit / load.collapse_dispersion)
+
+    def unstable(rate: float) -> bool:
+        est = estimate_open_loop(load, rate, 0.0, sat=sat)
+        n = est.mean_batch + rate * est.p50_ttft_ms / 1e3
+        return load.collapse_requests * float(betainc(level, shape, n / (shape + n))) > 1.0
+
+    if not unstable(rate_sat):
+        return rate_sat
+    lo, hi = 0.0, rate_sat
+    for _ in range(_COLLAPSE_HALVINGS):
+        mid = (lo + hi) / 2
+        if unstable(mid):
+            hi = mid
+        else:
+            lo = mid
+    return lo
 
 
 def capacity_tok_s(load: RankLoad) -> float:

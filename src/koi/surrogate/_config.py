@@ -249,6 +249,11 @@ class SurrogateConfig:
     replay_min_requests: int = attrs.field(default=300, validator=positive_int)
     replay_max_requests: int = attrs.field(default=1500, validator=positive_int)
     use_replay: bool = True
+    # The recompute collapse of chunk-admitting engines (docs/surrogate.md, "Recompute
+    # collapse"): requests over which a replica must be unlikely to start one (the shortest
+    # replay's), and the over-dispersion of the requests in a replica; fitted to the replay.
+    collapse_requests: int = attrs.field(default=300, validator=positive_int)
+    collapse_dispersion: float = attrs.field(default=6.0, validator=positive)
     # Ladders whose closed-form SLO margin is below this are clearly infeasible or overloaded:
     # they keep the screen's prediction and skip the replay (the "short list" rule).
     replay_min_margin: float = -0.5

@@ -9,10 +9,10 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.surrogate._analytic import RankLoad, estimate_closed_loop, estimate_open_loop
+from koi.surrogate._analytic import estimate_closed_loop, estimate_open_loop
 from koi.surrogate._config import SurrogateConfig
-from koi.surrogate._memory import feasibility, iteration_tokens, node_gpu
-from koi.surrogate._predict import mediators_of, workload_lengths
+from koi.surrogate._memory import feasibility, node_gpu
+from koi.surrogate._predict import mediators_of, rank_load, workload_lengths
 from koi.surrogate._protocol import LoadProtocol
 from koi.surrogate._replay_adapter import replay_horizon, replay_protocol
 from koi.surrogate._substitute import ProfileSource, select_step_model
@@ -126,17 +126,7 @@ def predict_serving(
     step, substituted = select_step_model(
         gpu, model, config, profiles=profiles, candidates=candidates, cfg=cfg
     )
-    load = RankLoad(
-        step,
-        feas.kv_capacity_tokens,
-        config.max_batch_size,
-        iteration_tokens(config, isl),
-        inp,
-        out,
-        cfg.closed_loop_sync_weight,
-        cfg.engine_profile(config.engine).mixed_prefill,
-        cfg.engine_profile(config.engine).chunk_admission,
-    )
+    load = rank_load(step, feas.kv_capacity_tokens, config, isl, inp, out, cfg)
     use_replay = cfg.use_replay if replay is None else replay
     # The replay simulates every replica; past a few dozen, routing pools nothing more and the
     # closed form answers a million replicas in the time of one.

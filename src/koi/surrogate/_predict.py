@@ -474,16 +474,8 @@ class Surrogate:
             if c.prefill_time != 1.0 or c.decode_time != 1.0:
                 step = ScaledStepModel(base, prefill=c.prefill_time, decode=c.decode_time)
             cf = rank.chain.config
-            load = RankLoad(
-                step,
-                feas.kv_capacity_tokens,
-                cf.max_batch_size,
-                iteration_tokens(cf, longest),
-                w.input_len,
-                w.output_len,
-                cfg.closed_loop_sync_weight,
-                cfg.engine_profile(cf.engine).mixed_prefill,
-                cfg.engine_profile(cf.engine).chunk_admission,
+            load = rank_load(
+                step, feas.kv_capacity_tokens, cf, longest, w.input_len, w.output_len, cfg
             )
             # Everything a per-replica estimate depends on (the step model is a function of
             # gpu, model, config and the step corrections).
@@ -846,6 +838,32 @@ def longest_request(input_len: LengthDist, output_len: LengthDist) -> int:
     return int(
         math.ceil(min(input_len.max, quantile(input_len, 0.999)))
         + math.ceil(min(output_len.max, quantile(output_len, 0.999)))
+    )
+
+
+def rank_load(
+    step: StepTimeModel,
+    kv_capacity_tokens: int,
+    config: Config,
+    longest: int,
+    input_len: LengthDist,
+    output_len: LengthDist,
+    cfg: SurrogateConfig,
+) -> RankLoad:
+    """What one replica of ``config`` serves, with its engine's scheduling policies."""
+    engine = cfg.engine_profile(config.engine)
+    return RankLoad(
+        step,
+        kv_capacity_tokens,
+        config.max_batch_size,
+        iteration_tokens(config, longest),
+        input_len,
+        output_len,
+        cfg.closed_loop_sync_weight,
+        engine.mixed_prefill,
+        engine.chunk_admission,
+        float(cfg.collapse_requests),
+        cfg.collapse_dispersion,
     )
 
 

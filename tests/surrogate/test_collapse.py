@@ -1,0 +1,109 @@
+"""A chunk-admitting replica with long prompts collapses well below its saturation: once more
+requests are in it than its KV cache can finish, the admitted prompts evict each other and are
+recomputed for ever.  The closed form's capacity is the rate below which that is unlikely, and
+the replay (the same engine the simulated fleet runs) agrees with it."""
+
+from __future__ import annotations
+
+import attrs
+import numpy as np
+import pytest
+from tests._support.specs import gpus, models
+
+from koi.surrogate import Surrogate, SurrogateConfig, feasibility
+from koi.surrogate import replay as engine
+from koi.surrogate._analytic import RankLoad, saturation
+from koi.surrogate._predict import rank_load
+from koi.surrogate._replay_adapter import replay_horizon
+from koi.types import Config, LengthDist, Quant, Routing, WorkloadProfile
+
+_SUMMARY = (LengthDist(20_000, 0.3, 32_000), LengthDist(500, 0.4, 2_048))
+
+
+def _load(
+    tp: int,
+    cfg: SurrogateConfig | None = None,
+    lengths: tuple[LengthDist, LengthDist] = _SUMMARY,
+) -> RankLoad:
+    """Qwen3-32B in FP8 on ``tp`` H100s (vLLM: chunk admission), 20K-token summaries."""
+    cfg = cfg or SurrogateConfig()
+    sur = Surrogate(gpus(), models(), cfg=cfg)
+    gpu, model = sur.gpus["H100-SXM"], sur.models["Qwen3-32B"]
+    config = Config(tp=tp, quant=Quant.FP8)
+    inp, out = lengths
+    feas = feasibility(gpu, model, config, cfg=cfg, seq_tokens=int(inp.mean + out.mean))
+    step, _ = sur.step_model(gpu, model, config)
+    return rank_load(step, feas.kv_capacity_tokens, config, inp.max + out.max, inp, out, cfg)
+
+
+def _capacity(load: RankLoad) -> float:
+    return saturation(load)[1]
+
+
+def _served_share(load: RankLoad, tok_s: float) -> float:
+    """Output tokens one replica finishes over the replay's window, over those it was sent."""
+    out = load.output_len.mean
+    rate = tok_s / out
+    cfg = SurrogateConfig()
+    horizon = replay_horizon(rate, cfg)
+    workload = WorkloadProfile(load.input_len, load.output_len, rate_rps=rate)
+    spec = engine.ReplicaSpec(
+        step_model=load.step_model,
+        kv_capacity_tokens=load.kv_capacity_tokens,
+        max_batch_size=load.max_batch_size,
+        max_batched_tokens=load.max_batched_tokens,
+        chunk_admission=load.chunk_admission,
+    )
+    eng = engine.ReplayEngine([spec], Routing.ROUND_ROBIN)
+    requests = engine.sample_requests(workload, np.random.default_rng(0), 0.0, 1.2 * horizon)
+    eng.submit(requests)
+    eng.advance(0.2 * horizon)
+    stats = eng.advance(1.2 * horizon)
+    sent = sum(r.output_tokens for r in requests if 0.2 * horizon <= r.arrival_s < 1.2 * horizon)
+    return stats.output_tokens_generated / sent
+
+
+def test_a_tight_cache_caps_the_capacity_at_its_stable_rate() -> None:
+    """One H100 holds seven and a half 20K-token requests: the stable rate is well under the
+    saturation of an engine that admits only whole prompts (which never evicts)."""
+    load = _load(1)
+    whole = attrs.evolve(load, chunk_admission=False)
+    assert _capacity(load) < 0.6 * _capacity(whole)
+
+
+def test_the_replay_holds_below_the_stable_rate_and_collapses_above_it() -> None:
+    load = _load(1)
+    stable = _capacity(load)
+    saturated = _capacity(attrs.evolve(load, chunk_admission=False))
+    assert _served_share(load, 0.8 * stable) > 0.9
+    # Still short of saturation, but past the stable rate: the replica collapses.
+    assert 1.6 * stable < 0.8 * saturated
+    assert _served_share(load, 1.6 * stable) < 0.5
+
+
+def test_prompts_of_one_slice_keep_their_saturation() -> None:
+    """An evicted prompt of one slice comes back in one iteration: no collapse to price."""
+    load = _load(1, lengths=(LengthDist(4_000, 0.3, 8_000), LengthDist(500, 0.4, 2_048)))
+    assert _capacity(load) == _capacity(attrs.evolve(load, chunk_admission=False))
+
+
+def test_a_roomy_cache_keeps_most_of_its_saturation() -> None:
+    """Eight H100s hold a hundred 20K-token requests: a burst that fills them is rare."""
+    load = _load(8)
+    assert _capacity(load) > 0.85 * _capacity(attrs.evolve(load, chunk_admission=False))
+
+
+def test_both_constants_are_live() -> None:
+    base = _capacity(_load(2))
+    assert _capacity(_load(2, SurrogateConfig(collapse_requests=3_000))) < 0.97 * base
+    assert _capacity(_load(2, SurrogateConfig(collapse_dispersion=24.0))) < 0.97 * base
+
+
+def test_a_bigger_cache_becomes_the_cheaper_chain_per_token() -> None:
+    """Per GPU, one H100 and four carry 20K-token summaries about equally at saturation; with
+    the collapse, four H100s (a cache for 48 requests) carry far more per GPU than one (7.5)."""
+    one, four = _load(1), _load(4)
+    whole_one = _capacity(attrs.evolve(one, chunk_admission=False))
+    whole_four = _capacity(attrs.evolve(four, chunk_admission=False)) / 4
+    assert whole_four == pytest.approx(whole_one, rel=0.1)
+    assert _capacity(four) / 4 > 1.5 * _capacity(one)
