@@ -8,14 +8,25 @@ from __future__ import annotations
 import attrs
 import numpy as np
 import pytest
-from tests._support.specs import gpus, models
+from tests._support.specs import H100_NODE, gpus, models
 
 from koi.surrogate import Surrogate, SurrogateConfig, feasibility
 from koi.surrogate import replay as engine
 from koi.surrogate._analytic import RankLoad, saturation
 from koi.surrogate._predict import rank_load
 from koi.surrogate._replay_adapter import replay_horizon
-from koi.types import Config, LengthDist, Quant, Routing, WorkloadProfile
+from koi.types import (
+    Chain,
+    Config,
+    Job,
+    Ladder,
+    LengthDist,
+    Quant,
+    Rank,
+    Routing,
+    ServingTarget,
+    WorkloadProfile,
+)
 
 _SUMMARY = (LengthDist(20_000, 0.3, 32_000), LengthDist(500, 0.4, 2_048))
 
@@ -107,3 +118,28 @@ def test_a_bigger_cache_becomes_the_cheaper_chain_per_token() -> None:
     whole_four = _capacity(attrs.evolve(four, chunk_admission=False)) / 4
     assert whole_four == pytest.approx(whole_one, rel=0.1)
     assert _capacity(four) / 4 > 1.5 * _capacity(one)
+
+
+def test_the_planner_sees_the_stable_rate() -> None:
+    """``Surrogate.capacity`` (what the books and best effort size by) and a screen of the
+    same chain at a rate between the stable rate and saturation: overloaded with the term,
+    carried without it (``collapse_requests = 1`` never finds the replica unstable)."""
+    inp, out = _SUMMARY
+    w = WorkloadProfile(inp, out, rate_rps=0.2)  # 100 output tokens/s
+    job = Job(
+        id="summ",
+        model="Qwen3-32B",
+        job_class="online",
+        workload=w,
+        target=ServingTarget.online(p99_ttft_ms=20_000, p99_tpot_ms=100),
+    )
+    chain = Chain("Qwen3-32B", H100_NODE, Config(tp=1, quant=Quant.FP8))
+    with_term = Surrogate(gpus(), models())
+    without = Surrogate(gpus(), models(), SurrogateConfig(collapse_requests=1))
+    stable, saturated = with_term.capacity(job, chain), without.capacity(job, chain)
+    assert stable is not None
+    assert saturated is not None
+    assert stable < 100.0 < saturated
+    ladder = Ladder((Rank(chain, 1),))
+    assert with_term.screen(job, ladder).ranks[0].outcomes.throughput_tok_s < 100.0
+    assert without.screen(job, ladder).ranks[0].outcomes.throughput_tok_s == pytest.approx(100.0)
