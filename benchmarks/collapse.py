@@ -27,11 +27,9 @@ import numpy as np
 
 from koi.catalog import load_catalog
 from koi.sim import load_scenario
-from koi.surrogate import Surrogate, SurrogateConfig, feasibility
+from koi.surrogate import Surrogate, SurrogateConfig, feasibility, replay_horizon
 from koi.surrogate import replay as engine
 from koi.types import Chain, Config, Job, LengthDist, Quant, Routing
-
-_BUDGET = Config().max_batched_tokens
 
 
 def _job(model: str, inp: int, out: int) -> Job:
@@ -44,29 +42,22 @@ def _job(model: str, inp: int, out: int) -> Job:
     return attrs.evolve(base, model=model, workload=w)
 
 
-def _sustained(sur: Surrogate, job: Job, chain: Chain, cap_tok_s: float) -> float:
-    """The largest share of ``cap_tok_s`` one replica keeps up with in the replay."""
-    cfg = sur.cfg
-    gpu, model = sur.gpus[chain.environment.gpu], sur.models[job.model]
-    w = job.workload
-    feas = feasibility(
-        gpu, model, chain.config, cfg=cfg, seq_tokens=int(w.input_len.mean + w.output_len.mean)
-    )
-    step, _ = sur.step_model(gpu, model, chain.config)
+def _sustained(sur: Surrogate, job: Job, chain: Chain, kv: int, cap_tok_s: float) -> float:
+    """The largest share of ``cap_tok_s`` one replica (``kv`` tokens of KV cache) keeps up
+    with in the replay."""
+    cfg, config, w = sur.cfg, chain.config, job.workload
+    step, _ = sur.step_model(sur.gpus[chain.environment.gpu], sur.models[job.model], config)
     spec = engine.ReplicaSpec(
         step_model=step,
-        kv_capacity_tokens=feas.kv_capacity_tokens,
-        max_batch_size=chain.config.max_batch_size,
-        max_batched_tokens=chain.config.max_batched_tokens,
-        chunk_admission=cfg.engine_profile(chain.config.engine).chunk_admission,
+        kv_capacity_tokens=kv,
+        max_batch_size=config.max_batch_size,
+        max_batched_tokens=config.max_batched_tokens,
+        chunk_admission=cfg.engine_profile(config.engine).chunk_admission,
     )
 
     def keeps_up(share: float) -> bool:
         rate = share * cap_tok_s / w.output_len.mean
-        horizon = min(
-            max(cfg.replay_horizon_s, cfg.replay_min_requests / rate),
-            cfg.replay_max_requests / rate,
-        )
+        horizon = replay_horizon(rate, cfg)
         eng = engine.ReplayEngine([spec], Routing.ROUND_ROBIN)
         sent = engine.sample_requests(
             attrs.evolve(w, rate_rps=rate), np.random.default_rng(0), 0.0, 1.2 * horizon
@@ -105,9 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         if raw is None or raw <= 0:
             continue
         stable = with_term.capacity(job, chain) or 0.0
-        feas = feasibility(cat.gpus[gpu], cat.models[model], chain.config, cfg=with_term.cfg)
-        n_fit = feas.kv_capacity_tokens / (inp + out)
-        if inp <= _BUDGET or min(256.0, feas.kv_capacity_tokens / _BUDGET) <= n_fit:
+        config = chain.config
+        kv = feasibility(
+            cat.gpus[gpu], cat.models[model], config, cfg=with_term.cfg, seq_tokens=inp + out
+        ).kv_capacity_tokens
+        n_fit = kv / (inp + out)
+        budget = config.max_batched_tokens
+        if inp <= budget or min(config.max_batch_size, kv / budget) <= n_fit:
             continue  # no collapse to model: one-slice prompts, or a cache admitting no more
         row = {
             "model": model,
@@ -119,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             "saturation_tok_s": round(raw, 1),
             "stable_tok_s": round(stable, 1),
             "closed_form_share": round(stable / raw, 3),
-            "replay_share": round(_sustained(with_term, job, chain, raw), 3),
+            "replay_share": round(_sustained(with_term, job, chain, kv, raw), 3),
         }
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 from tests._support.specs import H100_NODE, gpus, models
 
-from koi.surrogate import Surrogate, SurrogateConfig, feasibility
+from koi.surrogate import Surrogate, SurrogateConfig, feasibility, replay_horizon
 from koi.surrogate import replay as engine
 from koi.surrogate._analytic import RankLoad, saturation
 from koi.surrogate._predict import rank_load
-from koi.surrogate._replay_adapter import replay_horizon
 from koi.types import (
     Chain,
     Config,

@@ -12,6 +12,7 @@ from koi.surrogate._operator import OperatorModel
 from koi.surrogate._point import ServingPrediction, predict_serving
 from koi.surrogate._predict import Prediction, RankPrediction, Surrogate
 from koi.surrogate._protocol import PROTOCOL_PRESETS, LoadProtocol, protocol_preset
+from koi.surrogate._replay_adapter import replay_horizon
 from koi.surrogate._substitute import (
     ProfileSource,
     Substitution,
@@ -45,5 +46,6 @@ __all__ = [
     "nearest_architecture",
     "predict_serving",
     "protocol_preset",
+    "replay_horizon",
     "select_step_model",
 ]
