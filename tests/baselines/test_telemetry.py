@@ -162,6 +162,23 @@ def test_observed_rates_and_drift_rule() -> None:
     assert (planned.workload.rate_rps or 0) >= 2 * (job.workload.rate_rps or 0)
 
 
+def test_observed_rates_count_the_backlog_of_jobs_that_receive_traffic() -> None:
+    snap, ladder = _running("rolling-milp")
+    window = _window(snap, ladder)
+    arrived = sum(o.requests for o in window) / _WINDOW
+    queued = [
+        attrs.evolve(o, mediators=attrs.evolve(o.mediators, queue_depth=30.0)) for o in window
+    ]
+    backlog = sum(30.0 * o.replicas_up for o in window) / _WINDOW
+    assert observed_rates(queued)[_JOB] == pytest.approx(arrived + backlog)
+    # A telemetry source without queue depths gives the arrivals alone.
+    unknown = [attrs.evolve(o, missing=("queue_depth",)) for o in queued]
+    assert observed_rates(unknown)[_JOB] == pytest.approx(arrived)
+    # Ranks that received nothing (a batch job's) give no rate, whatever they hold queued.
+    idle = [attrs.evolve(o, requests=0, completed=0) for o in queued]
+    assert _JOB not in observed_rates(idle)
+
+
 def test_output_lengths_need_three_windows_and_only_raise_the_declaration() -> None:
     snap, ladder = _running("rolling-milp")
     job = snap.job(_JOB)

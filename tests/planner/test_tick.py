@@ -270,6 +270,33 @@ def test_workload_drift_seen_in_telemetry_resizes_the_job() -> None:
     assert after > before
 
 
+def test_a_backlog_seen_in_telemetry_resizes_the_job() -> None:
+    """Traffic as declared, but the ranks report requests queued: twice a window's arrivals
+    wait on each replica.  Planned for its arrivals alone the job would never drain them; it
+    is resized, where its twin with empty queues keeps its ladder."""
+    plans = []
+    for backlog in (0.0, 2.0):
+        world = World(
+            [chat_job(rate=4.0)], pools(gpus=("L40S",), per_pool=8), truth=lambda _c: SLOW
+        )
+        planner = Planner(catalog=CATALOG)
+        world.apply(planner.tick(world.snapshot()).plan)
+        before = world.active["chat"].ladder.replicas
+        window = [
+            attrs.evolve(
+                o,
+                mediators=attrs.evolve(
+                    o.mediators, queue_depth=backlog * o.requests / max(o.replicas_up, 1)
+                ),
+            )
+            for o in world.advance()
+        ]
+        plans.append(planner.tick(world.snapshot(), window).plan.action("chat"))
+    assert plans[0].kind is ActionKind.KEEP
+    assert plans[1].kind is ActionKind.RECONFIGURE
+    assert plans[1].ladder.replicas > before
+
+
 def test_longer_outputs_seen_in_telemetry_are_planned_for() -> None:
     """The snapshot keeps the declared output length; three windows of telemetry show each
     request generating twice the tokens (the requests and their rate unchanged).  The job is

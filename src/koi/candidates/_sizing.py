@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import attrs
 
 from koi.candidates._config import ProposerConfig
-from koi.types import Job, Observation, Outcome
+from koi.types import Job, Mediator, Observation, Outcome
 
 __all__ = [
     "RATE_STEP",
@@ -120,11 +120,21 @@ class OutputLengths:
 
 
 def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
-    """Requests per second each job's ranks received in the last window."""
-    requests: dict[str, int] = {}
+    """Requests per second each job's traffic asked of its ranks in the last window: those
+    they received plus those waiting in their queues (the ``queue_depth`` mediator, per
+    replica up), for jobs whose ranks received any.
+
+    A backlog is work still to do: a ladder sized for the arrivals alone serves them as
+    they come and never drains what is queued, so a rank whose queue outgrew it stays
+    minutes behind for as long as it runs.  Counted over one window, the backlog is what
+    a ladder must clear by the next one."""
+    arrived: dict[str, int] = {}
+    waiting: dict[str, float] = {}
     span: dict[str, tuple[float, float]] = {}
     for o in observations:
-        requests[o.job_id] = requests.get(o.job_id, 0) + o.requests
+        arrived[o.job_id] = arrived.get(o.job_id, 0) + o.requests
+        queued = o.measured(Mediator.QUEUE_DEPTH) or 0.0
+        waiting[o.job_id] = waiting.get(o.job_id, 0.0) + queued * o.replicas_up
         lo, hi = span.get(o.job_id, (o.start_s, o.end_s))
         span[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
-    return {j: n / (span[j][1] - span[j][0]) for j, n in requests.items() if n > 0}
+    return {j: (n + waiting[j]) / (span[j][1] - span[j][0]) for j, n in arrived.items() if n > 0}
