@@ -271,9 +271,9 @@ def test_workload_drift_seen_in_telemetry_resizes_the_job() -> None:
 
 
 def test_a_backlog_seen_in_telemetry_resizes_the_job() -> None:
-    """Traffic as declared, but the ranks report requests queued: twice a window's arrivals
-    wait on each replica.  Planned for its arrivals alone the job would never drain them; it
-    is resized, where its twin with empty queues keeps its ladder."""
+    """Traffic as declared, but the ranks report requests queued: twice the window's arrivals
+    wait in each rank.  Planned for its arrivals alone the job would never drain them; it is
+    resized, where its twin with empty queues keeps its ladder."""
     plans = []
     for backlog in (0.0, 2.0):
         world = World(
