@@ -270,17 +270,21 @@ def test_workload_drift_seen_in_telemetry_resizes_the_job() -> None:
     assert after > before
 
 
+def _placed_chat() -> tuple[World, Planner]:
+    """A chat job at 4 requests/s on eight L40S of a slow world, placed by a fresh planner."""
+    world = World([chat_job(rate=4.0)], pools(gpus=("L40S",), per_pool=8), truth=lambda _c: SLOW)
+    planner = Planner(catalog=CATALOG)
+    world.apply(planner.tick(world.snapshot()).plan)
+    return world, planner
+
+
 def test_a_backlog_seen_in_telemetry_resizes_the_job() -> None:
     """Traffic as declared, but the ranks report requests queued: twice the window's arrivals
     wait in each rank.  Planned for its arrivals alone the job would never drain them; it is
     resized, where its twin with empty queues keeps its ladder."""
     plans = []
     for backlog in (0.0, 2.0):
-        world = World(
-            [chat_job(rate=4.0)], pools(gpus=("L40S",), per_pool=8), truth=lambda _c: SLOW
-        )
-        planner = Planner(catalog=CATALOG)
-        world.apply(planner.tick(world.snapshot()).plan)
+        world, planner = _placed_chat()
         before = world.active["chat"].ladder.replicas
         window = [
             attrs.evolve(
@@ -304,11 +308,7 @@ def test_longer_outputs_seen_in_telemetry_are_planned_for() -> None:
     doubles against a twin fed the plain windows."""
     demand = []
     for tokens_x in (1.0, 2.0):
-        world = World(
-            [chat_job(rate=4.0)], pools(gpus=("L40S",), per_pool=8), truth=lambda _c: SLOW
-        )
-        planner = Planner(catalog=CATALOG)
-        world.apply(planner.tick(world.snapshot()).plan)
+        world, planner = _placed_chat()
         for _ in range(3):
             window = [
                 attrs.evolve(
