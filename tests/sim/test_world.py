@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 
 import attrs
 import pytest
@@ -25,6 +26,7 @@ from koi.types import (
     Config,
     JobAction,
     Ladder,
+    Observation,
     Outcome,
     Plan,
     Rank,
@@ -481,3 +483,54 @@ def test_a_world_running_a_batch_job_pickles_and_continues_identically(catalog: 
     copied, _ = copy.serve(tick_s)
     assert [o for o in original if o.job_id in batch]
     assert original == copied
+
+
+class _Grow:
+    """Places one replica on pool 0; at the third tick adds two replicas on pool 1."""
+
+    name = "grow"
+
+    def __init__(self) -> None:
+        self.ticks = 0
+        self.seen: list[tuple[Observation, ...]] = []
+
+    def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
+        self.seen.append(tuple(observations))
+        self.ticks += 1
+        first, second = (p.environment for p in snapshot.pools[:2])
+        one = Rank(Chain("Llama-3.1-8B", first, Config()), 1)
+        if self.ticks == 1:
+            return Plan(snapshot.time_s, [JobAction("chat", ActionKind.PLACE, Ladder((one,)))])
+        if self.ticks == 3:
+            two = Rank(Chain("Llama-3.1-8B", second, Config()), 2)
+            grown = Ladder((one, two))
+            return Plan(snapshot.time_s, [JobAction("chat", ActionKind.RECONFIGURE, grown)])
+        current = snapshot.current_ladders["chat"]
+        return Plan(snapshot.time_s, [JobAction("chat", ActionKind.KEEP, current)])
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_a_rank_that_fell_behind_drains_when_the_router_counts_queues(drain: bool) -> None:
+    """One replica takes twice its capacity for two ticks, then a second rank of two replicas
+    joins.  A router that counts queues sends the first rank nothing new until its queue is
+    down to the others' level, so the queue is gone two ticks after the second rank is up;
+    split by capacity alone, the first rank keeps its share of the arrivals and still holds a
+    queue then."""
+    body = (
+        pool_toml(instances=1)
+        + pool_toml(instance="other", instances=4)
+        + online_job_toml(rate=20, inp=2000, out=300)
+    )
+    policy = _Grow()
+    result = run(
+        tiny(body, minutes=60), policy, seed=0, cfg=attrs.evolve(RELIABLE, drain_backlogs=drain)
+    )
+    (behind,) = (o for o in policy.seen[2] if o.chain.environment.instance_type == "box")
+    assert behind.mediators.queue_depth > 50  # it fell behind before the second rank came
+    (after,) = (o for o in policy.seen[5] if o.chain.environment.instance_type == "box")
+    if drain:
+        assert after.mediators.queue_depth < 1
+        assert result.metrics.ttft_attainment > 0.85
+    else:
+        assert after.mediators.queue_depth > 50
+        assert result.metrics.ttft_attainment < 0.8

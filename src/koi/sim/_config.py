@@ -205,6 +205,10 @@ class SimConfig:
     returns to the pool after ``spot_recovery_s``.  A rank reports ``healthy=False`` when a
     replica is missing or (online) its p99 TTFT exceeds ``unhealthy_ttft_factor`` times the
     bound.  Reported SLO margins are clipped below at ``slo_margin_floor``.
+
+    ``drain_backlogs``: the router that splits a job's traffic over its chains counts their
+    queues (as a least-outstanding-requests balancer does); off, the split is by capacity
+    alone and a chain that fell behind keeps its share of the arrivals.
     """
 
     truth: TruthConfig = attrs.field(factory=TruthConfig)
@@ -215,3 +219,4 @@ class SimConfig:
     spot_recovery_s: float = attrs.field(default=3600.0, validator=non_negative)
     unhealthy_ttft_factor: float = attrs.field(default=2.0, validator=positive)
     slo_margin_floor: float = -10.0
+    drain_backlogs: bool = True

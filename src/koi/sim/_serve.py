@@ -2,7 +2,8 @@
 
 Internal to the world (:class:`~koi.sim.World` inherits :class:`Serving`).  Online arrivals are
 sampled per job at the true rate and split over the job's serving chains in proportion to
-their true capacity; batch jobs run closed loop.  A window may be replayed on a sampled
+their true capacity, less what a chain's queue already asks of it (:func:`_drain_shares`);
+batch jobs run closed loop.  A window may be replayed on a sampled
 sub-window (docs/evaluation.md, "Sampled windows"): each replayed request then stands for
 ``scale`` real ones, and its id carries the window it was issued in.
 """
@@ -103,6 +104,11 @@ class Serving:
             offered = len(reqs) * scale
             offered_tok = sum(r.output_tokens for r in reqs) * scale
             draws = s.rng.uniform(size=len(reqs)).tolist()
+            share = (
+                _drain_shares(deps, 0.5 * (t0 + t1), span / scale, len(reqs))
+                if self.cfg.drain_backlogs
+                else {}
+            )
             cuts = sorted({x for d in deps for x in d.change_points() if t0 < x < t1} | {t0, t1})
             # Serving weights are constant between change points (launches, losses, stops).
             k = 0
@@ -113,7 +119,9 @@ class Serving:
                     while k < len(cuts) - 1 and x >= cuts[k]:
                         k += 1
                     mid = 0.5 * (cuts[k - 1] + cuts[k])
-                    picks = [(d, d.up_at(mid) * d.capacity_req_s) for d in deps]
+                    picks = [
+                        (d, d.up_at(mid) * d.capacity_req_s * share.get(id(d), 1.0)) for d in deps
+                    ]
                     picks = [(d, wgt) for d, wgt in picks if wgt > 0]
                     total = sum(wgt for _, wgt in picks)
                 if not picks:
@@ -369,3 +377,22 @@ class _BatchSource:
         s.issued_ids += 1
         rid = s.window * ID_BLOCK + s.issued_ids % ID_BLOCK
         return Request(rid, 0.0, x, y, p, self._shared if p >= 0 else 0)
+
+
+def _drain_shares(
+    deps: list[Deployment], mid: float, engine_s: float, arrivals: int
+) -> dict[int, float]:
+    """Per chain (by ``id``), the factor on its capacity weight that a router counting
+    outstanding requests gives it this window: the window's work (the chains' queues plus the
+    arrivals) is levelled over their capacity in the ``engine_s`` seconds the window replays,
+    so a chain gets what its level leaves after its own queue (factor ``1 - queue / level``,
+    0 when the queue alone is above it).  Empty when no serving chain has a queue."""
+    cap = {id(d): d.up_at(mid) * d.capacity_req_s * engine_s for d in deps}
+    queued = {id(d): d.engine.queued if d.engine is not None else 0 for d in deps}
+    total_cap = sum(cap.values())
+    if total_cap <= 0 or not any(queued[k] for k in cap if cap[k] > 0):
+        return {}
+    level = (sum(queued[k] for k in cap if cap[k] > 0) + arrivals) / total_cap
+    return {
+        k: max(level * c - queued[k], 0.0) / (level * c) if c > 0 else 1.0 for k, c in cap.items()
+    }
