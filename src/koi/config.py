@@ -46,7 +46,9 @@ class PlannerConfig:
     ``replay_top`` changes per job (best first, plus the keep ladder) are re-predicted with the
     replay engine after the closed-form screen; the rest keep their screened prediction.
     An online job whose observed request rate exceeds its declared rate by more than
-    ``drift_tolerance`` is planned for the observed rate (workload drift).
+    ``drift_tolerance`` is planned for the observed rate (workload drift); that rate counts
+    the requests its ranks hold queued, up to ``backlog_drain`` times the window's arrivals
+    (``koi.candidates.observed_rates``).
     ``decide_after`` quiet CUSUM samples make a variable "match" for the quadrants.
     ``tick_deadline_s`` bounds a whole tick in wall-clock time (snapshot, telemetry, proposals,
     selection, launch and audit plugins): a plugin still running at its deadline is abandoned
@@ -79,6 +81,7 @@ class PlannerConfig:
     decide_after: int = attrs.field(default=4, validator=positive_int)
     replay_top: int = attrs.field(default=1, validator=non_negative_int)
     drift_tolerance: float = attrs.field(default=0.15, validator=fraction)
+    backlog_drain: float = attrs.field(default=1.0, validator=non_negative)
     max_jobs: int = attrs.field(default=1000, validator=positive_int)
     tick_deadline_s: float | None = attrs.field(default=120.0, validator=optional(positive))
     make_room: bool = True

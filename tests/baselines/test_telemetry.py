@@ -8,6 +8,7 @@ placed job, so telemetry has nothing to change for them; they are not tested her
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -171,6 +172,11 @@ def test_observed_rates_count_the_backlog_of_jobs_that_receive_traffic() -> None
     ]
     backlog = sum(30.0 * o.replicas_up for o in window) / _WINDOW
     assert observed_rates(queued)[_JOB] == pytest.approx(arrived + backlog)
+    # A backlog many windows deep is drained at most ``backlog_drain`` times the arrivals.
+    deep = [attrs.evolve(o, mediators=attrs.evolve(o.mediators, queue_depth=1e5)) for o in window]
+    assert observed_rates(deep)[_JOB] == pytest.approx(2 * arrived)
+    assert observed_rates(deep, backlog_drain=0.5)[_JOB] == pytest.approx(1.5 * arrived)
+    assert observed_rates(deep, backlog_drain=math.inf)[_JOB] > 100 * arrived
     # A telemetry source without queue depths gives the arrivals alone.
     unknown = [attrs.evolve(o, missing=("queue_depth",)) for o in queued]
     assert observed_rates(unknown)[_JOB] == pytest.approx(arrived)

@@ -301,6 +301,37 @@ def test_a_backlog_seen_in_telemetry_resizes_the_job() -> None:
     assert plans[1].ladder.replicas > before
 
 
+def test_a_deep_backlog_is_drained_at_most_backlog_drain_times_the_arrivals() -> None:
+    """Thirty windows of arrivals queued: with ``backlog_drain = 1`` the job is planned for
+    twice its arrivals, as if one window were queued; counted whole in one window the backlog
+    asks for a ladder many times larger."""
+
+    def planned(backlog: float, drain: float) -> int:
+        cfg = KoiConfig()
+        cfg = attrs.evolve(cfg, planner=attrs.evolve(cfg.planner, backlog_drain=drain))
+        world = World(
+            [chat_job(rate=4.0)], pools(gpus=("L40S",), per_pool=8), truth=lambda _c: SLOW
+        )
+        planner = Planner(catalog=CATALOG, config=cfg)
+        world.apply(planner.tick(world.snapshot()).plan)
+        window = [
+            attrs.evolve(
+                o,
+                mediators=attrs.evolve(
+                    o.mediators, queue_depth=backlog * o.requests / max(o.replicas_up, 1)
+                ),
+            )
+            for o in world.advance()
+        ]
+        action = planner.tick(world.snapshot(), window).plan.action("chat")
+        assert action.kind is ActionKind.RECONFIGURE
+        return action.ladder.replicas
+
+    one_window = planned(1.0, drain=1.0)
+    assert planned(30.0, drain=1.0) == one_window
+    assert planned(30.0, drain=1e6) > 4 * one_window
+
+
 def test_longer_outputs_seen_in_telemetry_are_planned_for() -> None:
     """The snapshot keeps the declared output length; three windows of telemetry show each
     request generating twice the tokens (the requests and their rate unchanged).  The job is

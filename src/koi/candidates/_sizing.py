@@ -119,7 +119,9 @@ class OutputLengths:
         return sum(t for t, _ in log) / done if done > 0 else None
 
 
-def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
+def observed_rates(
+    observations: Sequence[Observation], backlog_drain: float = 1.0
+) -> dict[str, float]:
     """Requests per second each job's traffic asked of its ranks in the last window: those
     they received plus those waiting in their queues (the ``queue_depth`` mediator, per
     replica up), for jobs whose ranks received any.
@@ -127,7 +129,11 @@ def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
     A backlog is work still to do: a ladder sized for the arrivals alone serves them as
     they come and never drains what is queued, so a rank whose queue outgrew it stays
     minutes behind for as long as it runs.  Counted over one window, the backlog is what
-    a ladder must clear by the next one."""
+    a ladder must clear by the next one -- up to ``backlog_drain`` times the arrivals: a
+    backlog many windows deep would otherwise ask for a ladder many times the job's
+    traffic, which the fleet cannot give it, and the job would be judged hopeless and
+    served on whatever small ladder breaches least while its queue grows.  Drained at
+    most that fast, it is cleared over as many windows as it takes."""
     arrived: dict[str, int] = {}
     waiting: dict[str, float] = {}
     span: dict[str, tuple[float, float]] = {}
@@ -137,4 +143,8 @@ def observed_rates(observations: Sequence[Observation]) -> dict[str, float]:
         waiting[o.job_id] = waiting.get(o.job_id, 0.0) + queued * o.replicas_up
         lo, hi = span.get(o.job_id, (o.start_s, o.end_s))
         span[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
-    return {j: (n + waiting[j]) / (span[j][1] - span[j][0]) for j, n in arrived.items() if n > 0}
+    return {
+        j: (n + min(waiting[j], backlog_drain * n)) / (span[j][1] - span[j][0])
+        for j, n in arrived.items()
+        if n > 0
+    }

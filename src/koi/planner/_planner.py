@@ -252,7 +252,7 @@ class Planner:
             watch.lap("S1_telemetry")
             state, learned = self._learn(state, snapshot, obs, errors)  # S2 + S3
             watch.lap("S2_S3_learn")
-            self._observed_rates.update(observed_rates(obs))
+            self._observed_rates.update(observed_rates(obs, self.config.planner.backlog_drain))
             self._output_lengths.update(obs)
             self._struggling = struggling(obs, snapshot.jobs, self.config.proposer.risk_margin)
             deadline.check("learning")
