@@ -63,6 +63,11 @@ class PlannerConfig:
     ``best_effort_candidates`` ladders on free capacity that carry most of its traffic (then
     the least risky), each worth ``refusal_margin`` times the share it drops less, and
     deferring it is worth ``refusal_margin`` less than the worst of them.
+    ``spread_best_effort`` (off by default: it serves more jobs and scores lower, see
+    docs/benchmark.md) makes best effort elastic: when no GPU type carries a job alone, ladders
+    spread over several are offered; an option that carries a share of the traffic is worth
+    that share of serving it (the rest counts as refused); and a running job judged hopeless
+    gives way to jobs of no higher priority that can be served within their targets.
     A running job with nothing new since its last full review (same ladder and declaration,
     traffic within ``drift_tolerance``, clear of its bounds, its keep within C3) is only
     re-checked, keep or stop, and reviewed in full at least every ``review_every`` ticks
@@ -88,6 +93,7 @@ class PlannerConfig:
     make_room_jobs: int = attrs.field(default=4, validator=non_negative_int)
     best_effort_candidates: int = attrs.field(default=2, validator=non_negative_int)
     refusal_margin: float = attrs.field(default=1.0, validator=non_negative)
+    spread_best_effort: bool = False
     review_every: int = attrs.field(default=4, validator=positive_int)
     learning: bool = True
     causal_graph: bool = True

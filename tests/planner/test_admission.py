@@ -474,3 +474,85 @@ def test_stuck_online_jobs_take_free_gpus_before_stuck_batch_jobs() -> None:
     served = result.plan.action("hot")
     assert served.kind is ActionKind.PLACE
     assert served.ladder.gpus + result.plan.action("bulk").ladder.gpus <= 8
+
+
+def test_a_job_no_single_gpu_type_carries_is_spread_over_several() -> None:
+    # 100 req/s of 128 tokens (12,800 tok/s) and a 1 ms TTFT bound: hopeless.  Neither the
+    # one free H100 nor the eight free L4s carry the traffic; together they carry more than
+    # either, so best effort serves the job on both.
+    h100, l4 = (
+        next(e for e in CATALOG.environments(clouds=["aws"]) if e.id.endswith(suffix))
+        for suffix in ("us-east-1/on_demand/p5.4xlarge", "us-east-1/on_demand/g6.xlarge")
+    )
+    job = _online("new", ttft_ms=1.0, rate_rps=100.0)
+    snapshot = ClusterSnapshot(600.0, [job], [Pool(h100, 1), Pool(l4, 8)], [])
+    # By default (spread_best_effort off) best effort keeps to one GPU type.
+    single_type = _planner().tick(snapshot, launch=False).plan.action("new").ladder
+    assert len({r.chain.environment.gpu for r in single_type.ranks}) == 1
+    result = _planner(spread_best_effort=True).tick(snapshot, launch=False)
+    assert _risk(result, "new") is Verdict.HOPELESS
+    chosen = next(c for c in result.candidates_for("new") if c.chosen)
+    assert "best-effort" in chosen.sources
+    assert {r.chain.environment.gpu for r in chosen.ladder.ranks} == {"H100-SXM", "L4"}
+
+    def capacity(ladder: Ladder) -> float:
+        return sum(r.capacity_tok_s for r in SURROGATE.screen(job, ladder, now_s=600.0).ranks)
+
+    single = [
+        c
+        for c in result.candidates_for("new")
+        if c.ladder.ranks and len({r.chain.environment.gpu for r in c.ladder.ranks}) == 1
+    ]
+    assert single
+    assert all(capacity(c.ladder) < job.required_output_tok_s(600.0) for c in single)
+    assert capacity(chosen.ladder) > max(capacity(c.ladder) for c in single)
+
+
+def test_a_hopeless_job_gives_way_to_a_newcomer_within_its_target() -> None:
+    # Every GPU is held by a job nothing serves within its target (a 1 ms TTFT bound), served
+    # best effort.  With spread_best_effort a newcomer of the same priority that one GPU
+    # serves within its target takes it: the hopeless job is shrunk (it keeps serving on the
+    # rest), not stopped.  By default the newcomer waits.
+    old = _online("old", ttft_ms=1.0)
+    held = ActiveDeployment("old", Ladder((Rank(CHAIN, 8),)))
+    snapshot = ClusterSnapshot(600.0, [old, _online("new")], [Pool(ENV, 8)], [held])
+    assert _planner().tick(snapshot, launch=False).plan.action("new").kind is ActionKind.DEFER
+    result = _planner(spread_best_effort=True).tick(snapshot, launch=False)
+    new, shrunk = result.plan.action("new"), result.plan.action("old")
+    assert _risk(result, "old") is Verdict.HOPELESS
+    assert new.kind is ActionKind.PLACE
+    assert "room made: old" in new.reason
+    assert shrunk.kind is ActionKind.RECONFIGURE
+    assert 0 < shrunk.ladder.gpus < 8
+    assert next(c for c in result.candidates_for("new") if c.chosen).breach_probability <= 0.3
+    # Where the running job is within its own target it gives up only its spare, and a
+    # hopeless newcomer gets no more than that (the converse, in the tests above).
+    within = ClusterSnapshot(600.0, [_online("old"), _online("new")], [Pool(ENV, 8)], [held])
+    kept = _planner(spread_best_effort=True).tick(within, launch=False)
+    assert next(c for c in kept.candidates_for("old") if c.chosen).breach_probability <= 0.3
+
+
+def test_a_saturated_option_is_valued_by_the_share_it_carries() -> None:
+    # Past its capacity a ladder's queue grows without bound: its predicted p99 TTFT (the age
+    # of the queue after the closed form's horizon) does not enter its value; the share of
+    # the demand it carries does, each share left unserved worth that share of refusing.
+    job = _online("new", ttft_ms=1.0, rate_rps=60.0)
+    cfg = KoiConfig()
+    snapshot = ClusterSnapshot(600.0, [job], [Pool(ENV, 8)], [])
+    evaluator = _effort_evaluator(job, snapshot, cfg)
+    one = evaluator.evaluate(job, Ladder((Rank(CHAIN, 1),)), key="one", best_effort=True)
+    assert one.prediction is not None
+    slower = attrs.evolve(
+        one,
+        prediction=attrs.evolve(
+            one.prediction,
+            outcomes=attrs.evolve(
+                one.prediction.outcomes, p99_ttft_ms=10 * one.prediction.outcomes.p99_ttft_ms
+            ),
+        ),
+    )
+    assert evaluator.saturated_value(job, one, 0.6) == evaluator.saturated_value(job, slower, 0.6)
+    values = [evaluator.saturated_value(job, one, s) for s in (0.2, 0.4, 0.6, 0.8)]
+    assert values == sorted(values)
+    refused = evaluator.defer(job).report.value
+    assert values[1] - values[0] == pytest.approx(-0.2 * refused)

@@ -25,13 +25,19 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    best-effort candidates, those predicted to carry the largest share of the demand first
    (:func:`served_fraction`), then the least likely to breach.  Each loses
    ``refusal_margin`` times the share it cannot carry from its value, and so does a running
-   job's keep.  Together they may use, beyond what their own jobs hold, only GPUs nobody
-   holds now and what the donors' room-freeing scale-ins give up (the selector's ``free``
-   rows; donors are chosen before best effort is on the table), so C3 never takes capacity
-   from a job within its target to give a stuck one a smaller breach.  A hopeless job that
-   nothing free serves in full is also offered the ladders that carry all of its traffic on
-   free GPUs plus the donors' spare, and the donors their scale-ins.  Refusing the job is then
-   worth ``refusal_margin`` less than the worst of them.
+   job's keep (:func:`_effort_value`).  Together they may use, beyond what their own jobs
+   hold, only GPUs nobody holds now and what the donors' room-freeing scale-ins give up (the
+   selector's ``free`` rows; donors are chosen before best effort is on the table), so C3
+   never takes capacity from a job within its target to give a stuck one a smaller breach.
+   A hopeless job that nothing free serves in full is also offered the ladders that carry
+   all of its traffic on free GPUs plus the donors' spare, and the donors their scale-ins.
+   Refusing the job is then worth ``refusal_margin`` less than the worst of them.
+
+   With ``spread_best_effort`` best effort is elastic: when no ladder on what is free carries
+   all of a job's demand, ladders spread over several GPU types join them (:func:`_spreads`);
+   an option that carries a share of the demand is valued by that share; and a running job
+   judged hopeless is a donor of everything but one replica to a job blocked by capacity
+   (step 2), whatever its telemetry says — its best effort is no guarantee to keep.
 
 Longer than most modules: the three steps are one decision about the same stuck jobs, on the
 same evaluations and proposal context, and splitting them would pass that state around.
@@ -145,29 +151,49 @@ def _scaled_in(ladder: Ladder, index: int, k: int) -> Ladder:
 
 class _Spare:
     """Per running job and rank: the most replicas it can give up and still pass C3 (and the
-    evaluations made finding out).  Computed once per tick, only for the donors asked for."""
+    evaluations made finding out).  Computed once per tick, only for the donors asked for.
+
+    A ``yielding`` job (hopeless, served best effort; ``spread_best_effort``) can give up
+    everything but its last replica: its best effort is no guarantee to keep.  Its scale-ins
+    are past C3 like its keep, and are valued like it, by the share of the demand they carry
+    (:func:`_effort_value`)."""
 
     def __init__(
-        self, evaluator: Evaluator, candidates: MutableMapping[str, dict[Ladder, Evaluated]]
+        self,
+        evaluator: Evaluator,
+        candidates: MutableMapping[str, dict[Ladder, Evaluated]],
+        yielding: Collection[str] = (),
     ):
         self.evaluator = evaluator
         self.candidates = candidates
+        self.yielding = yielding
         self._spare: dict[str, dict[int, int]] = {}
         self._shrunk: dict[tuple[str, int, int], Evaluated] = {}
 
-    def _evaluate(self, job: Job, current: Ladder, index: int, k: int) -> Evaluated:
+    def _evaluate(
+        self, job: Job, current: Ladder, index: int, k: int, *, replay: bool = False
+    ) -> Evaluated:
         key = (job.id, index, k)
         hit = self._shrunk.get(key)
-        if hit is None:
-            ladder = _scaled_in(current, index, k)
-            mine = self.candidates[job.id]
-            hit = mine.get(ladder)
-            if hit is None:
-                hit = self.evaluator.evaluate(
-                    job, ladder, key=f"room{len(self._shrunk)}", sources=(MAKE_ROOM,)
-                )
-            self._shrunk[key] = hit
-        return hit
+        if hit is not None and not replay:
+            return hit
+        name = hit.report.key if hit is not None else f"room{len(self._shrunk)}"
+        ladder = _scaled_in(current, index, k)
+        yielding = job.id in self.yielding
+        known = self.candidates[job.id].get(ladder)
+        if replay or known is None or (yielding and known.candidate is None):
+            known = self.evaluator.evaluate(
+                job, ladder, key=name, sources=(MAKE_ROOM,), replay=replay, best_effort=yielding
+            )
+            if yielding and known.candidate is not None:
+                # Past C3 like the keep it shrinks, but not best effort: it frees room for
+                # a job within its target in the selection's first stage.
+                freeing = attrs.evolve(known.candidate, best_effort=False)
+                value = _effort_value(job, known, self.evaluator)
+                known = _revalued(attrs.evolve(known, candidate=freeing), value)
+        if not replay:
+            self._shrunk[key] = known
+        return known
 
     def of(self, job: Job, current: Ladder) -> dict[int, int]:
         """Rank index → replicas it can give up within C3 (bisection: fewer removed is never
@@ -178,6 +204,11 @@ class _Spare:
         out: dict[int, int] = {}
         if self._pausable(job):  # all of it: its stop candidate frees every GPU
             out = {i: r.replicas for i, r in enumerate(current.ranks)}
+            self._spare[job.id] = out
+            return out
+        if job.id in self.yielding:  # all but one replica: it keeps serving what it can
+            kept = 1 if len(current.ranks) == 1 else 0
+            out = {i: r.replicas - kept for i, r in enumerate(current.ranks) if r.replicas > kept}
             self._spare[job.id] = out
             return out
         for i, r in enumerate(current.ranks):
@@ -230,12 +261,19 @@ class _Spare:
             if shrunk.candidate is None:
                 continue
             known = mine.get(shrunk.report.ladder)
-            if known is not None:  # already its candidate: it now also frees room
-                if known.candidate is not None:
-                    freeing = attrs.evolve(known.candidate, frees_room=True)
-                    mine[known.report.ladder] = attrs.evolve(known, candidate=freeing)
+            if known is not None and known.candidate is not None:  # it now also frees room
+                freeing = attrs.evolve(known.candidate, frees_room=True)
+                mine[known.report.ladder] = attrs.evolve(known, candidate=freeing)
                 continue
-            for ev in _replayed(job, [shrunk], mine, self.evaluator):
+            if job.id in self.yielding:  # replayed as its keep was, and past C3 like it
+                replayed = self._evaluate(job, current, index, k, replay=True)
+                mine[replayed.report.ladder] = replayed
+                evs = [replayed] if replayed.candidate is not None else []
+            elif known is not None:
+                continue
+            else:
+                evs = _replayed(job, [shrunk], mine, self.evaluator)
+            for ev in evs:
                 src = ev.report.sources if MAKE_ROOM in ev.report.sources else (MAKE_ROOM,)
                 room = None if ev.candidate is None else attrs.evolve(ev.candidate, frees_room=True)
                 mine[ev.report.ladder] = attrs.evolve(
@@ -260,27 +298,38 @@ def admit(
     snapshot = evaluator.snapshot
     tau = cfg.planner.tau
     current = snapshot.current_ladders
-    by_id = {j.id: j for j in jobs if j.id not in unsafe_donors or j.id not in current}
-    spare = _Spare(evaluator, candidates)
+    stuck_jobs = [job for job in _order(jobs) if stuck(job, candidates[job.id], tau)]
     verdicts: dict[str, AtRisk] = {}
-    checked = 0
-    for job in _order(jobs):
+    if not deadline_passed:
+        for job in stuck_jobs[: cfg.planner.make_room_jobs]:
+            verdicts[job.id] = _verdict(job, snapshot, evaluator, generator, cfg)
+    # A running job nothing in the fleet serves within its target gives way to jobs that
+    # can be served within theirs: its best effort is no guarantee to keep.
+    yielding = frozenset(
+        j
+        for j, v in verdicts.items()
+        if cfg.planner.spread_best_effort and v.verdict is Verdict.HOPELESS and j in current
+    )
+    by_id = {
+        j.id: j
+        for j in jobs
+        if j.id not in unsafe_donors or j.id not in current or j.id in yielding
+    }
+    spare = _Spare(evaluator, candidates, yielding)
+    for job in stuck_jobs:
         mine = candidates[job.id]
-        if not stuck(job, mine, tau):
-            continue
-        verdict = None
-        donors = _Donors(job, by_id, current, spare)
-        if checked < cfg.planner.make_room_jobs and not deadline_passed:
-            checked += 1
-            verdict = _verdict(job, snapshot, evaluator, generator, cfg)
-            verdicts[job.id] = verdict
-            if verdict.verdict is Verdict.CAPACITY and cfg.planner.make_room:
-                _make_room(job, mine, donors, evaluator, generator, cfg)
+        verdict = verdicts.get(job.id)
+        if verdict is not None and verdict.verdict is Verdict.CAPACITY and cfg.planner.make_room:
+            donors = _Donors(job, by_id, current, spare)
+            _make_room(job, mine, donors, evaluator, generator, cfg)
         if job.admission is AdmissionPolicy.SERVE_BEST_EFFORT and (
             job.id not in current or job.is_online
         ):
             hopeless = verdict is not None and verdict.verdict is Verdict.HOPELESS
-            room = donors if hopeless and cfg.planner.make_room else None
+            room = None
+            if hopeless and cfg.planner.make_room:  # from jobs within their targets only
+                within = {k: v for k, v in by_id.items() if k not in yielding}
+                room = _Donors(job, within, current, spare)
             _best_effort(job, mine, evaluator, generator, cfg, room)
     return Admission(verdicts=verdicts)
 
@@ -339,7 +388,8 @@ def _verdict(
 
 class _Donors:
     """The running jobs of no higher priority than a stuck job, what they can spare (within
-    their targets), and the offers of their scale-ins that free the GPUs a ladder lacks."""
+    their targets, or all but a replica for a yielding one: :class:`_Spare`), and the offers
+    of their scale-ins that free the GPUs a ladder lacks."""
 
     def __init__(
         self, job: Job, jobs: Mapping[str, Job], current: Mapping[str, Ladder], spare: _Spare
@@ -548,6 +598,15 @@ def _best_effort(
         and ev.report.rejected.startswith("C3")
         and not _deficit(ev.report.ladder, free, {})
     ]
+    spreads = []
+    if cfg.planner.spread_best_effort and rejected and all(s < 1.0 for s, _ in rejected):
+        for n, spread in enumerate(_spreads(rejected, free)):
+            ev = mine.get(spread)
+            if ev is None:
+                ev = evaluator.evaluate(job, spread, key=f"spread{n}", sources=(BEST_EFFORT,))
+                mine[spread] = ev
+            if ev.candidate is None and ev.report.rejected.startswith("C3"):
+                spreads.append((served_fraction(job, ev, evaluator), ev))
     if room is not None and all(served < 1.0 for served, _ in rejected):
         rejected += _effort_room(job, mine, room, free, evaluator, generator, cfg)
     rejected.sort(key=lambda se: (-se[0], se[1].report.breach_probability, -se[1].report.value))
@@ -557,15 +616,15 @@ def _best_effort(
     margin = cfg.planner.refusal_margin
     running = job.id in snapshot.current_ladders  # its keep was replayed (S5)
     picked = []
-    for served, ev in effort_picks(rejected, limit, None if keep is None else keep.report):
+    offered = effort_picks(rejected, limit, None if keep is None else keep.report)
+    for served, ev in [*offered, *spreads]:
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
         best = evaluator.evaluate(
             job, r.ladder, key=r.key, sources=sources, best_effort=True, replay=running
         )
         if best.candidate is not None:
-            value = best.report.value - margin * (1.0 - served)
-            best = _revalued(best, value)
+            best = _revalued(best, _effort_value(job, best, evaluator, served))
             mine[r.ladder] = best
             picked.append(best)
             if room is not None and (deficit := _deficit(r.ladder, free, {})):
@@ -574,8 +633,7 @@ def _best_effort(
         return
     if keep is not None:
         # A running job's keep is judged like its best-effort options: by the share it carries.
-        value = keep.report.value - margin * (1.0 - served_fraction(job, keep, evaluator))
-        mine[keep.report.ladder] = _revalued(keep, value)
+        mine[keep.report.ladder] = _revalued(keep, _effort_value(job, keep, evaluator))
     defer = mine.get(Ladder())
     if defer is None:
         return
@@ -583,6 +641,49 @@ def _best_effort(
     value = min(defer.report.value, worst - margin)
     if defer.candidate is not None and value < defer.report.value:
         mine[Ladder()] = _revalued(defer, value)
+
+
+def _effort_value(
+    job: Job, ev: Evaluated, evaluator: Evaluator, served: float | None = None
+) -> float:
+    """A best-effort option's value: as scored, less ``refusal_margin`` times the share of the
+    demand it cannot carry; with ``spread_best_effort``, one that cannot carry all of it is
+    valued by the share it carries instead (:meth:`Evaluator.saturated_value`)."""
+    if served is None:
+        served = served_fraction(job, ev, evaluator)
+    planner = evaluator.cfg.planner
+    if served >= 1.0 or not planner.spread_best_effort:
+        return ev.report.value - planner.refusal_margin * (1.0 - served)
+    return evaluator.saturated_value(job, ev, served)
+
+
+def _spreads(ranked: Sequence[tuple[float, Evaluated]], free: Mapping[str, int]) -> list[Ladder]:
+    """Ladders over several GPU types, for a job no single one carries on what is free: the
+    ranks of ``ranked`` (``(served, evaluation)`` pairs), those carrying the most first, joined
+    on pools nothing joined before uses until together they carry the demand.  Every prefix
+    of two ladders or more is offered, so that one still fits when the jobs planned within
+    their targets take some of those pools first."""
+    left = dict(free)
+    ranks: list[Rank] = []
+    out: list[Ladder] = []
+    carried = 0.0
+    for served, ev in sorted(ranked, key=lambda se: -se[0]):
+        ladder = ev.report.ladder
+        use = ladder.gpus_by_pool()
+        joined = {r.chain for r in ranks}
+        if any(n > left.get(p, 0) for p, n in use.items()) or any(
+            r.chain in joined for r in ladder.ranks
+        ):
+            continue
+        for p, n in use.items():
+            left[p] -= n
+        ranks.extend(ladder.ranks)
+        carried += served
+        if len(ranks) > len(ladder.ranks):
+            out.append(Ladder(tuple(ranks)))
+        if carried >= 1.0:
+            break
+    return out
 
 
 def effort_picks(

@@ -31,12 +31,14 @@ from koi.risk import RiskBand, band, breach_probability, combine_breach
 from koi.scoring import (
     JobTerms,
     Normalizer,
+    candidate_value,
     deferral_score,
     exploration_weights,
     ideal_point,
     in_flight_requests,
     job_terms,
     switching_cost,
+    tchebycheff,
 )
 from koi.selector import Candidate
 from koi.surrogate import Prediction, RankCorrection, Surrogate
@@ -351,6 +353,29 @@ class Evaluator:
             rp.capacity_tok_s * correct(rp.rank.chain).outcome(Outcome.THROUGHPUT)
             for rp in pred.ranks
         )
+
+    def saturated_value(self, job: Job, ev: Evaluated, served: float) -> float:
+        """``ev``'s value when it carries only ``served`` of the demand: its queue then grows
+        without bound, so its p99 TTFT is scored at the cap (the closed form's is the age of
+        the queue after its horizon, not a latency to compare), and each share of the demand
+        left unserved is worth that share of refusing the job."""
+        if ev.prediction is None or ev.terms is None:
+            return ev.report.value
+        cfg = self.cfg.scoring
+        scales = self._normalizer(job)
+        z_star = {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
+        unbounded = attrs.evolve(
+            ev.prediction.outcomes,
+            p99_ttft_ms=math.inf,
+            slo_margin=min(ev.prediction.outcomes.slo_margin, -cfg.max_ratio),
+        )
+        j = tchebycheff(job, unbounded, z_star=z_star, scales=scales, rho=cfg.rho, cfg=cfg)
+        t = ev.terms
+        value = candidate_value(
+            j, t.breach_probability, t.switch_score, cfg=cfg, lam=self.state.calibration.lam
+        )
+        refused = deferral_score(job, cfg, now_s=self.snapshot.time_s)
+        return value + (1.0 - served) * refused
 
     # ---- candidates -----------------------------------------------------------------------
     def _normalizer(self, job: Job) -> Normalizer:
