@@ -170,30 +170,33 @@ class _Spare:
         self._spare: dict[str, dict[int, int]] = {}
         self._shrunk: dict[tuple[str, int, int], Evaluated] = {}
 
-    def _evaluate(
-        self, job: Job, current: Ladder, index: int, k: int, *, replay: bool = False
-    ) -> Evaluated:
+    def _evaluate(self, job: Job, current: Ladder, index: int, k: int) -> Evaluated:
         key = (job.id, index, k)
         hit = self._shrunk.get(key)
-        if hit is not None and not replay:
-            return hit
-        name = hit.report.key if hit is not None else f"room{len(self._shrunk)}"
-        ladder = _scaled_in(current, index, k)
+        if hit is None:
+            ladder = _scaled_in(current, index, k)
+            hit = self.candidates[job.id].get(ladder)
+            if hit is None or (job.id in self.yielding and hit.candidate is None):
+                hit = self._room(job, ladder, key=f"room{len(self._shrunk)}", sources=(MAKE_ROOM,))
+            self._shrunk[key] = hit
+        return hit
+
+    def _room(
+        self, job: Job, ladder: Ladder, *, key: str, sources: tuple[str, ...], replay: bool = False
+    ) -> Evaluated:
+        """The donor's scale-in ``ladder`` evaluated.  A yielding job's is past C3 like the
+        keep it shrinks (evaluated as best effort) but enters the selection's first stage,
+        where it frees room for a job within its target, valued like its keep."""
         yielding = job.id in self.yielding
-        known = self.candidates[job.id].get(ladder)
-        if replay or known is None or (yielding and known.candidate is None):
-            known = self.evaluator.evaluate(
-                job, ladder, key=name, sources=(MAKE_ROOM,), replay=replay, best_effort=yielding
-            )
-            if yielding and known.candidate is not None:
-                # Past C3 like the keep it shrinks, but not best effort: it frees room for
-                # a job within its target in the selection's first stage.
-                freeing = attrs.evolve(known.candidate, best_effort=False)
-                value = _effort_value(job, known, self.evaluator)
-                known = _revalued(attrs.evolve(known, candidate=freeing), value)
-        if not replay:
-            self._shrunk[key] = known
-        return known
+        ev = self.evaluator.evaluate(
+            job, ladder, key=key, sources=sources, replay=replay, best_effort=yielding
+        )
+        if not yielding or ev.candidate is None:
+            return ev
+        freeing = attrs.evolve(ev.candidate, best_effort=False)
+        return _revalued(
+            attrs.evolve(ev, candidate=freeing), _effort_value(job, ev, self.evaluator)
+        )
 
     def of(self, job: Job, current: Ladder) -> dict[int, int]:
         """Rank index → replicas it can give up within C3 (bisection: fewer removed is never
@@ -265,20 +268,20 @@ class _Spare:
                 freeing = attrs.evolve(known.candidate, frees_room=True)
                 mine[known.report.ladder] = attrs.evolve(known, candidate=freeing)
                 continue
-            if job.id in self.yielding:  # replayed as its keep was, and past C3 like it
-                replayed = self._evaluate(job, current, index, k, replay=True)
-                mine[replayed.report.ladder] = replayed
-                evs = [replayed] if replayed.candidate is not None else []
-            elif known is not None:
+            if known is not None and job.id not in self.yielding:
                 continue
-            else:
-                evs = _replayed(job, [shrunk], mine, self.evaluator)
-            for ev in evs:
-                src = ev.report.sources if MAKE_ROOM in ev.report.sources else (MAKE_ROOM,)
-                room = None if ev.candidate is None else attrs.evolve(ev.candidate, frees_room=True)
-                mine[ev.report.ladder] = attrs.evolve(
-                    ev, report=attrs.evolve(ev.report, sources=src), candidate=room
-                )
+            # Replayed, as its keep was (S5); a yielding job's own rejected ladder is replaced.
+            r = shrunk.report
+            ev = self._room(job, r.ladder, key=r.key, sources=r.sources, replay=True)
+            if ev.candidate is None:
+                mine[r.ladder] = ev
+                continue
+            src = ev.report.sources if MAKE_ROOM in ev.report.sources else (MAKE_ROOM,)
+            mine[r.ladder] = attrs.evolve(
+                ev,
+                report=attrs.evolve(ev.report, sources=src),
+                candidate=attrs.evolve(ev.candidate, frees_room=True),
+            )
 
 
 def admit(
@@ -316,6 +319,7 @@ def admit(
         if j.id not in unsafe_donors or j.id not in current or j.id in yielding
     }
     spare = _Spare(evaluator, candidates, yielding)
+    within = {k: v for k, v in by_id.items() if k not in yielding}  # a hopeless job's donors
     for job in stuck_jobs:
         mine = candidates[job.id]
         verdict = verdicts.get(job.id)
@@ -328,7 +332,6 @@ def admit(
             hopeless = verdict is not None and verdict.verdict is Verdict.HOPELESS
             room = None
             if hopeless and cfg.planner.make_room:  # from jobs within their targets only
-                within = {k: v for k, v in by_id.items() if k not in yielding}
                 room = _Donors(job, within, current, spare)
             _best_effort(job, mine, evaluator, generator, cfg, room)
     return Admission(verdicts=verdicts)

@@ -362,8 +362,7 @@ class Evaluator:
         if ev.prediction is None or ev.terms is None:
             return ev.report.value
         cfg = self.cfg.scoring
-        scales = self._normalizer(job)
-        z_star = {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
+        scales, z_star = self._reference(job)
         unbounded = attrs.evolve(
             ev.prediction.outcomes,
             p99_ttft_ms=math.inf,
@@ -378,6 +377,11 @@ class Evaluator:
         return value + (1.0 - served) * refused
 
     # ---- candidates -----------------------------------------------------------------------
+    def _reference(self, job: Job) -> tuple[Normalizer, dict[Outcome, float]]:
+        """The job's scales and reference point: the ideal point, learned values over it."""
+        scales = self._normalizer(job)
+        return scales, {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
+
     def _normalizer(self, job: Job) -> Normalizer:
         return Normalizer.for_job(
             job,
@@ -504,8 +508,7 @@ class Evaluator:
         if not pred.feasible:
             return Evaluated(attrs.evolve(base, rejected=f"C2: {pred.reason}"), None, pred), ()
         p = max(self.breach(job, ladder, pred), breach_floor)
-        scales = self._normalizer(job)
-        z_star = {**ideal_point(job, scales), **self.state.z_star.get(job.id, {})}
+        scales, z_star = self._reference(job)
         switch = None
         if current is not None and kind is not ActionKind.KEEP:
             switch = switching_cost(
