@@ -62,7 +62,8 @@ class PlannerConfig:
     with those jobs' smaller ladders; a job whose policy is ``serve_best_effort`` also gets its
     ``best_effort_candidates`` ladders on free capacity that carry most of its traffic (then
     the least risky), each worth ``refusal_margin`` times the share it drops less, and
-    deferring it is worth ``refusal_margin`` less than the worst of them.
+    deferring an online job is worth ``refusal_margin`` less than the worst of them (a batch
+    job's deferral keeps its deadline-slack price).
     ``spread_best_effort`` (off by default: it serves more jobs and scores lower, see
     docs/benchmark.md) makes best effort elastic: when no GPU type carries a job alone, ladders
     spread over several are offered; an option that carries a share of the traffic is worth

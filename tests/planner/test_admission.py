@@ -556,3 +556,32 @@ def test_a_saturated_option_is_valued_by_the_share_it_carries() -> None:
     assert values == sorted(values)
     refused = evaluator.defer(job).report.value
     assert values[1] - values[0] == pytest.approx(-0.2 * refused)
+
+
+def test_a_batch_jobs_deferral_keeps_its_price_beside_best_effort() -> None:
+    # One GPU that breaches for sure (as if telemetry said so).  Refusing an online job is an
+    # outage, so its deferral falls below the best effort; a batch job with slack may wait,
+    # and it must: its stop is priced the same way the tick after it is placed, and a
+    # placement stopped before it serves is a swap for nothing.
+    cfg = KoiConfig()
+    one = Ladder((Rank(CHAIN, 1),))
+    bulk = _batch(0, deadline_s=600.0 + 6 * 3600.0, total=2_000_000)
+    values = {}
+    for job in (bulk, _online("new", ttft_ms=1.0)):
+        snapshot = ClusterSnapshot(600.0, [job], [Pool(ENV, 1)], [])
+        evaluator = _effort_evaluator(job, snapshot, cfg)
+        mine = {
+            Ladder(): evaluator.defer(job),
+            one: evaluator.evaluate(job, one, key="one", breach_floor=1.0),
+        }
+        priced = mine[Ladder()].report.value
+        assert mine[one].report.rejected.startswith("C3")
+        generator = _NoProposals(SURROGATE)
+        admit([job], {job.id: mine}, evaluator=evaluator, generator=generator, cfg=cfg)
+        assert mine[one].candidate is not None
+        assert mine[one].candidate.best_effort
+        values[job.is_online] = (priced, mine[Ladder()].report.value, mine[one].report.value)
+    priced, deferred, effort = values[False]
+    assert deferred == priced > effort  # the batch job waits
+    priced, refused, effort = values[True]
+    assert refused < effort < priced  # the service is served best effort

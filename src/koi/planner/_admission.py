@@ -31,7 +31,8 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    never takes capacity from a job within its target to give a stuck one a smaller breach.
    A hopeless job that nothing free serves in full is also offered the ladders that carry
    all of its traffic on free GPUs plus the donors' spare, and the donors their scale-ins.
-   Refusing the job is then worth ``refusal_margin`` less than the worst of them.
+   Refusing an online job is then worth ``refusal_margin`` less than the worst of them; a
+   batch job's deferral keeps its price, the deadline slack (waiting is no outage).
 
    With ``spread_best_effort`` best effort is elastic: when no ladder on what is free carries
    all of a job's demand, ladders spread over several GPU types join them (:func:`_spreads`);
@@ -575,7 +576,8 @@ def _best_effort(
     """The job's C3-rejected ladders that fit what is free, as best-effort candidates: those
     predicted to keep up with the job's traffic first, then the least likely to breach.  A
     best-effort candidate's value loses ``refusal_margin`` times the share of the demand it
-    cannot carry, and refusing the job then scores below every one of them.
+    cannot carry, and refusing an online job then scores below every one of them (a batch
+    job's deferral keeps its price).
 
     With ``room`` (a hopeless job) and nothing free that carries all of its traffic, ladders
     that do carry it on what donors can spare join them (:func:`_effort_room`), and the
@@ -638,7 +640,10 @@ def _best_effort(
         # A running job's keep is judged like its best-effort options: by the share it carries.
         mine[keep.report.ladder] = _revalued(keep, _effort_value(job, keep, evaluator))
     defer = mine.get(Ladder())
-    if defer is None:
+    if defer is None or not job.is_online:
+        # A batch job's deferral keeps its price (its deadline slack): waiting is no outage,
+        # and its stop is priced so the tick after it is placed.  Lowered, the job was placed
+        # on ladders the next tick stopped before they served.
         return
     worst = min(e.report.value for e in picked)
     value = min(defer.report.value, worst - margin)
