@@ -578,8 +578,9 @@ def test_a_batch_jobs_deferral_keeps_its_price_beside_best_effort() -> None:
         assert mine[one].report.rejected.startswith("C3")
         generator = _NoProposals(SURROGATE)
         admit([job], {job.id: mine}, evaluator=evaluator, generator=generator, cfg=cfg)
-        assert mine[one].candidate is not None
-        assert mine[one].candidate.best_effort
+        offered = mine[one].candidate
+        assert offered is not None
+        assert offered.best_effort
         values[job.is_online] = (priced, mine[Ladder()].report.value, mine[one].report.value)
     priced, deferred, effort = values[False]
     assert deferred == priced > effort  # the batch job waits

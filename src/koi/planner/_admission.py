@@ -642,8 +642,8 @@ def _best_effort(
     defer = mine.get(Ladder())
     if defer is None or not job.is_online:
         # A batch job's deferral keeps its price (its deadline slack): waiting is no outage,
-        # and its stop is priced so the tick after it is placed.  Lowered, the job was placed
-        # on ladders the next tick stopped before they served.
+        # and the tick after it is placed its stop is priced that way.  Lowered, the job was
+        # placed on ladders the next tick stopped before they served.
         return
     worst = min(e.report.value for e in picked)
     value = min(defer.report.value, worst - margin)
