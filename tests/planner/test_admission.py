@@ -586,3 +586,36 @@ def test_a_batch_jobs_deferral_keeps_its_price_beside_best_effort() -> None:
     assert deferred == priced > effort  # the batch job waits
     priced, refused, effort = values[True]
     assert refused < effort < priced  # the service is served best effort
+
+
+def test_a_batch_job_on_time_is_stopped_only_if_it_can_be_paused() -> None:
+    # Two GPUs, both held by a batch job on time; a service of high priority could take them
+    # if the batch job stopped, and deferring the service costs more than the stop.  The job
+    # keeps its GPUs unless it has the slack to be paused (the donors' rule).
+    from koi.planner._commit import selection_problem
+    from koi.planner._stages import select_best_effort_last
+
+    held = Ladder((Rank(CHAIN, 2),))
+    new = _online("new", priority=5)
+    cfg = KoiConfig()
+
+    def chosen(deadline_s: float) -> dict[str, str]:
+        bulk = _batch(0, deadline_s=deadline_s, total=20_000)
+        active = [ActiveDeployment("bulk", held)]
+        snapshot = ClusterSnapshot(600.0, [bulk, new], [Pool(ENV, 2)], active)
+        evaluator = _effort_evaluator(bulk, snapshot, cfg)
+        placed = evaluator.evaluate(new, held, key="place")
+        candidates = {
+            "bulk": {
+                Ladder(): evaluator.defer(bulk),
+                held: evaluator.evaluate(bulk, held, key="keep"),
+            },
+            "new": {Ladder(): evaluator.defer(new), held: placed},
+        }
+        assert candidates["bulk"][held].report.breach_probability <= cfg.planner.tau
+        state = Planner.initial_state(cfg)
+        problem = selection_problem(snapshot, state, [bulk, new], candidates, evaluator, cfg)
+        return dict(select_best_effort_last(problem, cfg.selector, online=["new"]).chosen)
+
+    assert chosen(600.0 + 2400.0) == {"bulk": "keep", "new": "defer"}
+    assert chosen(600.0 + 6 * 3600.0) == {"bulk": "stop", "new": "place"}

@@ -55,7 +55,7 @@ import attrs
 from koi.candidates import CandidateGenerator, ProposalContext, at_risk_outcomes, free_gpus
 from koi.config import KoiConfig
 from koi.planner._evaluate import Evaluated, Evaluator
-from koi.planner._progress import work_time_s
+from koi.planner._progress import pausable
 from koi.planner._report import AtRisk, CandidateReport, Verdict
 from koi.types import (
     ActionKind,
@@ -235,15 +235,14 @@ class _Spare:
         half the time left, or an online job that accepts refusal."""
         if job.is_online:
             return job.admission is AdmissionPolicy.REFUSE
-        deadline = job.target.deadline_s
-        if deadline is None:
+        if job.target.deadline_s is None:
             return False
-        work_s = work_time_s(job, self.candidates[job.id])
-        left = deadline - self.evaluator.snapshot.time_s
-        # Twice the predicted work must fit: the prediction is the surrogate's, and a paused
-        # job's slack is only as good as it.
-        horizon = self.evaluator.cfg.scoring.batch_urgency_horizon_s
-        return work_s > 0 and 2 * work_s <= left and left - work_s >= horizon
+        return pausable(
+            job,
+            self.candidates[job.id],
+            now_s=self.evaluator.snapshot.time_s,
+            horizon_s=self.evaluator.cfg.scoring.batch_urgency_horizon_s,
+        )
 
     def _within_target(self, job: Job, ev: Evaluated) -> bool:
         """A donor gives up only what leaves it inside C3 and clear of its bounds by the

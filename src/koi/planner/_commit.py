@@ -19,6 +19,7 @@ from koi.planner._admission import BEST_EFFORT, Admission
 from koi.planner._corrections import correction_fn
 from koi.planner._evaluate import Evaluated, Evaluator
 from koi.planner._learn import LearnReport
+from koi.planner._progress import pausable
 from koi.planner._report import AtRisk, CandidateReport, TickResult, Verdict
 from koi.planner._safety import guarded_stop, safe_actions, shed_transient
 from koi.planner._stages import select_best_effort_last
@@ -65,7 +66,8 @@ def selection_problem(
     taken for this tick (the host frees them when it applies the stop), so nothing placed now
     can collide with them.  ``jobs`` are the unfinished jobs.  A stop is guarded
     (:func:`guarded_stop`; a serving online job with the ``serve_best_effort`` policy gets none
-    unless forced, :func:`serves_to_the_end`) and, on pools shrunk under what holds them
+    unless forced, :func:`serves_to_the_end`, nor does a batch job on time that cannot be
+    paused, :func:`on_time_unpausable`) and, on pools shrunk under what holds them
     (``over``), a move is break-before-make (:func:`shed_transient`).  Each running job in
     ``failing`` (telemetry shows it missing its target) adds a repair to the swap budget.
     """
@@ -81,7 +83,7 @@ def selection_problem(
         attrs.evolve(p, capacity_gpus=max(p.capacity_gpus - stopping[p.pool_id], 0))
         for p in pool_capacities(snapshot)
     ]
-    current = snapshot.current_ladders
+    current, now = snapshot.current_ladders, snapshot.time_s
     valid: list[Candidate] = []
     for job in jobs:
         mine = candidates[job.id]
@@ -94,6 +96,12 @@ def selection_problem(
                 on_over_pool = any(p in over for p in held.get(job.id, {}))
                 if serves_to_the_end(job) and keep is not None and not on_over_pool:
                     continue  # its keep is always there; a stop would be an outage
+                if (
+                    keep is not None
+                    and not on_over_pool
+                    and on_time_unpausable(job, mine, current[job.id], now_s=now, cfg=cfg)
+                ):
+                    continue  # stopping it, for whatever gain elsewhere, makes it late
                 c = guarded_stop(
                     c,
                     job=job,
@@ -114,6 +122,20 @@ def selection_problem(
         quota_caps={q.group: q.max_gpus for q in snapshot.quotas},
         held_gpus=held,
     )
+
+
+def on_time_unpausable(
+    job: Job, mine: Mapping[Ladder, Evaluated], keep: Ladder, *, now_s: float, cfg: KoiConfig
+) -> bool:
+    """A running batch job whose ``keep`` ladder is within C3 and that cannot be paused
+    (:func:`koi.planner._progress.pausable`) is not stopped by choice: the rule that keeps a
+    donor's scale-ins within its target holds for the selection's own stops too, so room for
+    another job is not made by making this one late."""
+    kept = mine.get(keep)
+    if job.is_online or kept is None or kept.report.breach_probability > cfg.planner.tau:
+        return False
+    horizon = cfg.scoring.batch_urgency_horizon_s
+    return not pausable(job, mine, now_s=now_s, horizon_s=horizon)
 
 
 def serves_to_the_end(job: Job) -> bool:

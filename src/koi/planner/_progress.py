@@ -16,6 +16,7 @@ __all__ = [
     "Progress",
     "late_batch_jobs",
     "observed_rate",
+    "pausable",
     "record_progress",
     "with_observed_shortfall",
     "work_time_s",
@@ -121,3 +122,17 @@ def work_time_s(job: Job, candidates: Mapping[Ladder, Evaluated]) -> float:
     if not best > 0 or not math.isfinite(best):
         return 0.0
     return job.remaining_requests * job.workload.output_len.mean / best
+
+
+def pausable(
+    job: Job, candidates: Mapping[Ladder, Evaluated], *, now_s: float, horizon_s: float
+) -> bool:
+    """A batch job that may be stopped and still make its deadline: its predicted work at the
+    best rate on offer fits twice in the time left (the prediction is the surrogate's, and a
+    paused job's slack is only as good as it), with at least ``horizon_s`` to spare."""
+    deadline = job.target.deadline_s
+    if job.is_online or deadline is None:
+        return not job.is_online
+    work_s = work_time_s(job, candidates)
+    left = deadline - now_s
+    return work_s > 0 and 2 * work_s <= left and left - work_s >= horizon_s
