@@ -235,8 +235,6 @@ class _Spare:
         half the time left, or an online job that accepts refusal."""
         if job.is_online:
             return job.admission is AdmissionPolicy.REFUSE
-        if job.target.deadline_s is None:
-            return False
         return pausable(
             job,
             self.candidates[job.id],

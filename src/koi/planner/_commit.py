@@ -87,7 +87,8 @@ def selection_problem(
     valid: list[Candidate] = []
     for job in jobs:
         mine = candidates[job.id]
-        keep = mine[current[job.id]].candidate if job.id in current else None
+        kept = mine[current[job.id]] if job.id in current else None
+        keep = kept.candidate if kept is not None else None
         for ev in mine.values():
             c = ev.candidate
             if c is None:
@@ -97,9 +98,10 @@ def selection_problem(
                 if serves_to_the_end(job) and keep is not None and not on_over_pool:
                     continue  # its keep is always there; a stop would be an outage
                 if (
-                    keep is not None
+                    kept is not None
+                    and keep is not None
                     and not on_over_pool
-                    and on_time_unpausable(job, mine, current[job.id], now_s=now, cfg=cfg)
+                    and on_time_unpausable(job, kept.report, mine, now_s=now, cfg=cfg)
                 ):
                     continue  # stopping it, for whatever gain elsewhere, makes it late
                 c = guarded_stop(
@@ -125,14 +127,18 @@ def selection_problem(
 
 
 def on_time_unpausable(
-    job: Job, mine: Mapping[Ladder, Evaluated], keep: Ladder, *, now_s: float, cfg: KoiConfig
+    job: Job,
+    keep: CandidateReport,
+    mine: Mapping[Ladder, Evaluated],
+    *,
+    now_s: float,
+    cfg: KoiConfig,
 ) -> bool:
-    """A running batch job whose ``keep`` ladder is within C3 and that cannot be paused
-    (:func:`koi.planner._progress.pausable`) is not stopped by choice: the rule that keeps a
-    donor's scale-ins within its target holds for the selection's own stops too, so room for
-    another job is not made by making this one late."""
-    kept = mine.get(keep)
-    if job.is_online or kept is None or kept.report.breach_probability > cfg.planner.tau:
+    """A running batch job with a deadline whose ``keep`` is within C3 and that cannot be
+    paused (:func:`koi.planner._progress.pausable`) is not stopped by choice: the rule that
+    keeps a donor's scale-ins within its target holds for the selection's own stops too, so
+    room for another job is not made by making this one late."""
+    if job.is_online or job.target.deadline_s is None or keep.breach_probability > cfg.planner.tau:
         return False
     horizon = cfg.scoring.batch_urgency_horizon_s
     return not pausable(job, mine, now_s=now_s, horizon_s=horizon)

@@ -129,10 +129,11 @@ def pausable(
 ) -> bool:
     """A batch job that may be stopped and still make its deadline: its predicted work at the
     best rate on offer fits twice in the time left (the prediction is the surrogate's, and a
-    paused job's slack is only as good as it), with at least ``horizon_s`` to spare."""
+    paused job's slack is only as good as it), with at least ``horizon_s`` to spare.  False
+    for a job without a deadline (nothing to measure the slack against) and online jobs."""
     deadline = job.target.deadline_s
     if job.is_online or deadline is None:
-        return not job.is_online
+        return False
     work_s = work_time_s(job, candidates)
     left = deadline - now_s
     return work_s > 0 and 2 * work_s <= left and left - work_s >= horizon_s
