@@ -4,7 +4,9 @@ the same replicas and screen, while screening fewer options."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+import random
+from collections.abc import Callable, Sequence
 
 from tests._support.specs import H100_NODE
 
@@ -53,6 +55,24 @@ def _batch() -> Job:
     return Job("summ", "Llama-3.1-8B", "batch", w, ServingTarget.batch(deadline_s=3600))
 
 
+def _classifier(rate: float) -> Job:
+    """Thousand-token prompts, four-token answers: a prompt-heavy service."""
+    w = WorkloadProfile(LengthDist(1000, 0.5, 4096), LengthDist(4, 0.3, 16), rate_rps=rate)
+    target = ServingTarget.online(p99_ttft_ms=400, p99_tpot_ms=50)
+    return Job(id="classify", model="Llama-3.2-1B", job_class="online", workload=w, target=target)
+
+
+def _random(seed: int) -> Callable[[Chain], RankCorrection]:
+    """Step corrections in [1/e, e] drawn per chain (the same chain, the same draw)."""
+
+    def fn(chain: Chain) -> RankCorrection:
+        rng = random.Random(f"{seed}/{chain.environment.gpu}/{chain.config}")
+        prefill, decode = (math.exp(rng.uniform(-1.0, 1.0)) for _ in range(2))
+        return RankCorrection(prefill_time=prefill, decode_time=decode)
+
+    return fn
+
+
 def _slower_on_l40s(chain: Chain) -> RankCorrection:
     if chain.environment.gpu != "L40S":
         return RankCorrection()
@@ -77,10 +97,10 @@ def _screener() -> Screener:
 
 def test_the_fewest_gpus_are_the_full_sizings_pick_with_fewer_screens() -> None:
     jobs = [_online(r) for r in (0.5, 6.0, 40.0, 300.0)]
-    jobs += [_online(12.0, ttft_ms=250), _online(20.0, prefix=0.6), _batch()]
+    jobs += [_online(12.0, ttft_ms=250), _online(20.0, prefix=0.6), _batch(), _classifier(36.0)]
     ties = fewer = 0
     for job in jobs:
-        for corrections in (None, _slower_on_l40s):
+        for corrections in (None, _slower_on_l40s, _random(1), _random(2), _random(3)):
             full, lazy = _screener(), _screener()
             sized = full.sized_options(
                 job, _ENVS, _CATALOG.gpus, now_s=60.0, corrections=corrections

@@ -5,10 +5,15 @@ stopped on the decode-only side, about twice the capacity the step model allows.
 
 from __future__ import annotations
 
-import pytest
-from tests._support.specs import gpus, models
+import itertools
+import math
+import random
+from collections.abc import Callable
 
-from koi.surrogate import Surrogate
+import pytest
+from tests._support.specs import H100_NODE, gpus, models
+
+from koi.surrogate import RankCorrection, Surrogate
 from koi.surrogate._analytic import (
     RankLoad,
     _estimate_closed_loop,
@@ -17,7 +22,16 @@ from koi.surrogate._analytic import (
     saturation,
 )
 from koi.surrogate.replay import parts_time
-from koi.types import Config, LengthDist, Quant
+from koi.types import (
+    Chain,
+    Config,
+    Environment,
+    Job,
+    LengthDist,
+    Quant,
+    ServingTarget,
+    WorkloadProfile,
+)
 
 
 def _load(inp: int, out: int, *, budget: int = 8192) -> RankLoad:
@@ -89,3 +103,82 @@ def test_closed_loop_cycle(inp: int, out: int, clients: int) -> None:
     cycle = est.p50_ttft_ms / 1e3 - slot_wait + (out - 1) * est.step.time_s
     assert rate * cycle == pytest.approx(running, rel=0.01)
     assert est.throughput_tok_s <= sat[1] * 1.01
+
+
+def _classifier() -> Job:
+    """Thousand-token documents labelled in four tokens: prefill is nearly all the work."""
+    w = WorkloadProfile(LengthDist(1000, 0.5, 4096), LengthDist(4, 0.3, 16), rate_rps=36)
+    target = ServingTarget.online(p99_ttft_ms=200, p99_tpot_ms=50)
+    return Job(id="classify", model="Llama-3.2-1B", job_class="online", workload=w, target=target)
+
+
+_L40S = Environment(
+    cloud="aws",
+    region="us-east-1",
+    market="on_demand",
+    instance_type="g6e.12xlarge",
+    gpu="L40S",
+    gpus_per_instance=4,
+    price_usd_per_h=10.493,
+)
+
+
+@pytest.mark.parametrize("quant", [Quant.FP8, Quant.BF16])
+def test_a_slower_prefill_never_raises_the_capacity(quant: Quant) -> None:
+    """A correction that slows prefill 2.6× beside a decode 0.6× as long once left the mean
+    step of the highest stable rate far below the saturated batch's (the fluid regime runs
+    away past it), and the capacity read b / s there: about seven times the replica's with
+    the prefill uncorrected.  The replica serves the rate it keeps up with."""
+    sur = Surrogate(gpus(), models())
+    job = _classifier()
+    chain = Chain(job.model, _L40S, Config(tp=1, quant=quant, max_batch_size=64))
+
+    def capacity(prefill_time: float, decode_time: float) -> float:
+        corr = RankCorrection(prefill_time=prefill_time, decode_time=decode_time)
+        got = sur.capacity(job, chain, corrections=lambda _c: corr)
+        assert got is not None
+        return got
+
+    base = capacity(1.0, 1.0)
+    for decode in (0.59, 0.6, 0.62):
+        decode_only = capacity(1.0, decode)
+        for prefill in (1.2, 1.6, 2.0, 2.3, 2.6, 3.0):
+            got = capacity(prefill, decode)
+            assert got <= decode_only * 1.001, (prefill, decode)
+            # Every step at least ``decode`` × its uncorrected length: at most 1 / decode.
+            assert got <= base / decode * 1.001, (prefill, decode)
+
+
+def _chat(rate: float, ttft_ms: float) -> Job:
+    w = WorkloadProfile(LengthDist(1200, 0.5, 8000), LengthDist(250, 0.5, 2000), rate_rps=rate)
+    target = ServingTarget.online(p99_ttft_ms=ttft_ms, p99_tpot_ms=60)
+    return Job(id="chat", model="Llama-3.1-8B", job_class="online", workload=w, target=target)
+
+
+def _always(corr: RankCorrection) -> Callable[[Chain], RankCorrection]:
+    return lambda _chain: corr
+
+
+def test_steps_at_least_m_times_as_long_carry_at_most_one_mth() -> None:
+    """Over random step corrections (factors in [1/e, e]): a replica whose steps are each at
+    least ``m = min(prefill, decode)`` times as long carries at most ``1 / m`` times its
+    uncorrected capacity — what the jump above broke seven-fold."""
+    sur = Surrogate(gpus(), models())
+    rng = random.Random(3)
+    asked = 0
+    jobs = [_chat(6.0, 1500), _chat(20.0, 250), _classifier()]
+    shapes = itertools.product(jobs, (H100_NODE, _L40S), (1, 2, 4), (Quant.BF16, Quant.FP8))
+    for job, env, tp, quant in shapes:
+        for batch in (64, 256):
+            chain = Chain(job.model, env, Config(tp=tp, quant=quant, max_batch_size=batch))
+            base = sur.capacity(job, chain)
+            if base is None:
+                continue
+            for _ in range(12):
+                prefill, decode = (math.exp(rng.uniform(-1.0, 1.0)) for _ in range(2))
+                corr = RankCorrection(prefill_time=prefill, decode_time=decode)
+                got = sur.capacity(job, chain, corrections=_always(corr))
+                assert got is not None
+                assert got <= base / min(prefill, decode) * 1.0001, (chain, corr)
+                asked += 1
+    assert asked > 600

@@ -344,10 +344,21 @@ def saturation(load: RankLoad) -> Saturation:
         else:
             hi = mid
     mix = _mix_of(load, lo, st, b, ctx, inp)
+    # At a root λ·O·s(λ) = b.  Where the mean step jumps past b instead (prompts arrive
+    # faster than a prefill slowed far more than its decode can take them in, and the fluid
+    # regime runs away), the batch never fills: the replica carries λ·O·s(λ) sequences at the
+    # highest rate it keeps up with, and serves λ·O, not b / s(λ) — up to ten times more.
+    filled = lo * out * mix.mean_s
+    if filled < b * (1.0 - _FILL_TOLERANCE):
+        b = filled
     sat = (b, b / mix.mean_s, mix, memo)
     # A replica that would collapse below its saturation is only as good as its stable rate.
     return b, min(sat[1], _collapse_rate(load, sat) * out), mix, memo
 
+
+# A batch short of b by more than this at the bisection's end is a jump, not the halvings'
+# resolution (without corrections every chain of the built-in scenarios fills to within 0.2 %).
+_FILL_TOLERANCE = 0.01
 
 # Halvings of the stable rate's bracket: a thousandth of the saturation rate.
 _COLLAPSE_HALVINGS = 10
