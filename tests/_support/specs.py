@@ -33,6 +33,17 @@ H100_NODE = Environment(
     price_usd_per_h=40.0,
 )
 
+#: One on-demand 4×L40S instance (PCIe, no NVLink), beside it.
+L40S_NODE = Environment(
+    cloud="aws",
+    region="us-east-1",
+    market="on_demand",
+    instance_type="g6e.12xlarge",
+    gpu="L40S",
+    gpus_per_instance=4,
+    price_usd_per_h=10.0,
+)
+
 
 def _load(name: str, key: str) -> list[dict[str, Any]]:
     text = (Path(koi.__file__).parent / "catalog" / "data" / name).read_text(encoding="utf-8")

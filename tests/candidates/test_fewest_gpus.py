@@ -8,14 +8,13 @@ import math
 import random
 from collections.abc import Callable, Sequence
 
-from tests._support.specs import H100_NODE
+from tests._support.specs import H100_NODE, L40S_NODE
 
 from koi.candidates import ProposerConfig, Screener, SizedOption
 from koi.catalog import load_catalog
 from koi.surrogate import RankCorrection, Surrogate
 from koi.types import (
     Chain,
-    Environment,
     Job,
     LengthDist,
     Outcome,
@@ -24,16 +23,7 @@ from koi.types import (
 )
 
 _CATALOG = load_catalog()
-_L40S = Environment(
-    cloud="aws",
-    region="us-east-1",
-    market="on_demand",
-    instance_type="g6e.12xlarge",
-    gpu="L40S",
-    gpus_per_instance=4,
-    price_usd_per_h=10.0,
-)
-_ENVS = [H100_NODE, _L40S]
+_ENVS = [H100_NODE, L40S_NODE]
 
 
 def _online(rate: float, *, ttft_ms: float = 1500, prefix: float = 0.0) -> Job:

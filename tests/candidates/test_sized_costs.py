@@ -5,7 +5,7 @@ latencies), and online jobs of one shape (differing in id only) share one sizing
 from __future__ import annotations
 
 import attrs
-from tests._support.specs import H100_NODE
+from tests._support.specs import H100_NODE, L40S_NODE
 
 from koi.candidates import ProposerConfig, Screener
 from koi.catalog import load_catalog
@@ -13,7 +13,6 @@ from koi.surrogate import Surrogate
 from koi.types import (
     Chain,
     Config,
-    Environment,
     Job,
     Ladder,
     LengthDist,
@@ -22,16 +21,6 @@ from koi.types import (
     Routing,
     ServingTarget,
     WorkloadProfile,
-)
-
-_L40S = Environment(
-    cloud="aws",
-    region="us-east-1",
-    market="on_demand",
-    instance_type="g6e.12xlarge",
-    gpu="L40S",
-    gpus_per_instance=4,
-    price_usd_per_h=10.0,
 )
 
 
@@ -71,7 +60,7 @@ def test_screen_cost_is_the_screens_throughput_and_cost() -> None:
                     one = Rank(Chain(job.model, H100_NODE, config), replicas)
                     ladders = [
                         Ladder((one,)),
-                        Ladder((one, Rank(Chain(job.model, _L40S, config), 2))),
+                        Ladder((one, Rank(Chain(job.model, L40S_NODE, config), 2))),
                     ]
                     for ladder in ladders:
                         pred = fresh.screen(job, ladder, now_s=60.0)
@@ -92,7 +81,7 @@ def test_screen_cost_is_the_screens_throughput_and_cost() -> None:
 
 def test_sized_costs_are_the_sized_options_costs() -> None:
     catalog = load_catalog()
-    envs = [H100_NODE, _L40S]
+    envs = [H100_NODE, L40S_NODE]
     for job in (_online(3.0), _online(25.0, prefix=0.5), _batch()):
         full = Screener(Surrogate(catalog.gpus, catalog.models), ProposerConfig())
         cheap = Screener(Surrogate(catalog.gpus, catalog.models), ProposerConfig())
@@ -113,7 +102,7 @@ def test_sized_costs_are_the_sized_options_costs() -> None:
 
 def test_online_jobs_of_one_shape_share_a_sizing_and_others_do_not() -> None:
     catalog = load_catalog()
-    envs = [H100_NODE, _L40S]
+    envs = [H100_NODE, L40S_NODE]
     screener = Screener(Surrogate(catalog.gpus, catalog.models), ProposerConfig())
     first = screener.sized_options(_online(8.0), envs, catalog.gpus, now_s=0.0)
     copy = _online(8.0, job_id="chat-tenant-2")

@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 
 import pytest
-from tests._support.specs import H100_NODE, gpus, models
+from tests._support.specs import H100_NODE, L40S_NODE, gpus, models
 
 from koi.surrogate import RankCorrection, Surrogate
 from koi.surrogate._analytic import (
@@ -25,7 +25,6 @@ from koi.surrogate.replay import parts_time
 from koi.types import (
     Chain,
     Config,
-    Environment,
     Job,
     LengthDist,
     Quant,
@@ -112,17 +111,6 @@ def _classifier() -> Job:
     return Job(id="classify", model="Llama-3.2-1B", job_class="online", workload=w, target=target)
 
 
-_L40S = Environment(
-    cloud="aws",
-    region="us-east-1",
-    market="on_demand",
-    instance_type="g6e.12xlarge",
-    gpu="L40S",
-    gpus_per_instance=4,
-    price_usd_per_h=10.493,
-)
-
-
 @pytest.mark.parametrize("quant", [Quant.FP8, Quant.BF16])
 def test_a_slower_prefill_never_raises_the_capacity(quant: Quant) -> None:
     """A correction that slows prefill 2.6× beside a decode 0.6× as long once left the mean
@@ -131,7 +119,7 @@ def test_a_slower_prefill_never_raises_the_capacity(quant: Quant) -> None:
     the prefill uncorrected.  The replica serves the rate it keeps up with."""
     sur = Surrogate(gpus(), models())
     job = _classifier()
-    chain = Chain(job.model, _L40S, Config(tp=1, quant=quant, max_batch_size=64))
+    chain = Chain(job.model, L40S_NODE, Config(tp=1, quant=quant, max_batch_size=64))
 
     def capacity(prefill_time: float, decode_time: float) -> float:
         corr = RankCorrection(prefill_time=prefill_time, decode_time=decode_time)
@@ -167,7 +155,7 @@ def test_steps_at_least_m_times_as_long_carry_at_most_one_mth() -> None:
     rng = random.Random(3)
     asked = 0
     jobs = [_chat(6.0, 1500), _chat(20.0, 250), _classifier()]
-    shapes = itertools.product(jobs, (H100_NODE, _L40S), (1, 2, 4), (Quant.BF16, Quant.FP8))
+    shapes = itertools.product(jobs, (H100_NODE, L40S_NODE), (1, 2, 4), (Quant.BF16, Quant.FP8))
     for job, env, tp, quant in shapes:
         for batch in (64, 256):
             chain = Chain(job.model, env, Config(tp=tp, quant=quant, max_batch_size=batch))
