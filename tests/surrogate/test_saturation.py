@@ -111,6 +111,10 @@ def _classifier() -> Job:
     return Job(id="classify", model="Llama-3.2-1B", job_class="online", workload=w, target=target)
 
 
+def _always(corr: RankCorrection) -> Callable[[Chain], RankCorrection]:
+    return lambda _chain: corr
+
+
 @pytest.mark.parametrize("quant", [Quant.FP8, Quant.BF16])
 def test_a_slower_prefill_never_raises_the_capacity(quant: Quant) -> None:
     """A correction that slows prefill 2.6× beside a decode 0.6× as long once left the mean
@@ -123,7 +127,7 @@ def test_a_slower_prefill_never_raises_the_capacity(quant: Quant) -> None:
 
     def capacity(prefill_time: float, decode_time: float) -> float:
         corr = RankCorrection(prefill_time=prefill_time, decode_time=decode_time)
-        got = sur.capacity(job, chain, corrections=lambda _c: corr)
+        got = sur.capacity(job, chain, corrections=_always(corr))
         assert got is not None
         return got
 
@@ -141,10 +145,6 @@ def _chat(rate: float, ttft_ms: float) -> Job:
     w = WorkloadProfile(LengthDist(1200, 0.5, 8000), LengthDist(250, 0.5, 2000), rate_rps=rate)
     target = ServingTarget.online(p99_ttft_ms=ttft_ms, p99_tpot_ms=60)
     return Job(id="chat", model="Llama-3.1-8B", job_class="online", workload=w, target=target)
-
-
-def _always(corr: RankCorrection) -> Callable[[Chain], RankCorrection]:
-    return lambda _chain: corr
 
 
 def test_steps_at_least_m_times_as_long_carry_at_most_one_mth() -> None:

@@ -314,6 +314,10 @@ def _batch_at(
 # Halvings of a rate fixed point's bracket (saturation, a closed loop): its width falls to a
 # millionth of its upper end, far below any difference a prediction shows.
 _RATE_HALVINGS = 20
+# A batch short of b by more than this at the bisection's end is a jump, not the halvings'
+# resolution (without corrections every chain of the built-in scenarios fills to within 0.2 %).
+_FILL_TOLERANCE = 0.01
+
 # Iterations of a closed loop's decoding share at one request rate.
 _DECODING_ITERATIONS = 3
 
@@ -347,7 +351,7 @@ def saturation(load: RankLoad) -> Saturation:
     # At a root λ·O·s(λ) = b.  Where the mean step jumps past b instead (prompts arrive
     # faster than a prefill slowed far more than its decode can take them in, and the fluid
     # regime runs away), the batch never fills: the replica carries λ·O·s(λ) sequences at the
-    # highest rate it keeps up with, and serves λ·O, not b / s(λ) — up to ten times more.
+    # highest rate it keeps up with, and serves λ·O, not b / s(λ) (several times more).
     filled = lo * out * mix.mean_s
     if filled < b * (1.0 - _FILL_TOLERANCE):
         b = filled
@@ -355,10 +359,6 @@ def saturation(load: RankLoad) -> Saturation:
     # A replica that would collapse below its saturation is only as good as its stable rate.
     return b, min(sat[1], _collapse_rate(load, sat) * out), mix, memo
 
-
-# A batch short of b by more than this at the bisection's end is a jump, not the halvings'
-# resolution (without corrections every chain of the built-in scenarios fills to within 0.2 %).
-_FILL_TOLERANCE = 0.01
 
 # Halvings of the stable rate's bracket: a thousandth of the saturation rate.
 _COLLAPSE_HALVINGS = 10
