@@ -21,6 +21,7 @@ from koi.scoring import ScoringConfig
 from koi.selector import BudgetConfig, SelectorConfig
 from koi.surrogate import SurrogateConfig
 from koi.types.validators import (
+    above_one,
     fraction,
     non_negative,
     non_negative_int,
@@ -69,6 +70,10 @@ class PlannerConfig:
     spread over several are offered; an option that carries a share of the traffic is worth
     that share of serving it (the rest counts as refused); and a running job judged hopeless
     gives way to jobs of no higher priority that can be served within their targets.
+    ``slow_replica_ratio``: a replica whose median TPOT is more than this many times its
+    siblings' (``Observation.replica_tpot_ms``) in each of the last two windows is a fault — a
+    bad GPU, a throttled host — and the plan asks the host to replace it (``JobAction.recycle``)
+    rather than sizing the whole job for it; ``None`` never recycles.
     A running job with nothing new since its last full review (same ladder and declaration,
     traffic within ``drift_tolerance``, clear of its bounds, its keep within C3) is only
     re-checked, keep or stop, and reviewed in full at least every ``review_every`` ticks
@@ -95,6 +100,7 @@ class PlannerConfig:
     best_effort_candidates: int = attrs.field(default=2, validator=non_negative_int)
     refusal_margin: float = attrs.field(default=1.0, validator=non_negative)
     spread_best_effort: bool = False
+    slow_replica_ratio: float | None = attrs.field(default=1.5, validator=optional(above_one))
     review_every: int = attrs.field(default=4, validator=positive_int)
     learning: bool = True
     causal_graph: bool = True

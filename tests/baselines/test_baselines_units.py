@@ -230,7 +230,8 @@ _SHAPE: dict[str, Any] = {
 
 def test_milp_truth_sees_the_truth_and_follows_driver_updates(catalog: Catalog) -> None:
     world = build_world("smoke", seed=3)
-    reference = make_policy("milp-truth", catalog=catalog, seed=3, world=world)
+    raw = BaselineConfig(slow_replica_ratio=None)  # no recycling wrapper
+    reference = make_policy("milp-truth", catalog=catalog, seed=3, world=world, cfg=raw)
     assert isinstance(reference, MilpTruth)
     gpu, model = catalog.gpus["L4"], catalog.models["Llama-3.1-8B"]
     config = Config()
@@ -257,3 +258,31 @@ def test_make_policy_names_and_errors(catalog: Catalog) -> None:
         make_policy("llm-only", catalog=catalog)
     with pytest.raises(InvalidInput, match="unknown"):
         make_policy("nope", catalog=catalog)
+
+
+def test_every_baseline_recycles_a_replica_slow_two_windows_running(catalog: Catalog) -> None:
+    world = _smoke_world()
+    snap = world.snapshot()
+    job = snap.jobs[0]
+    chain = Chain(job.model, snap.pools[0].environment, Config())
+    active = [_active(job.id, Ladder((Rank(chain, 3),)))]
+    running = ClusterSnapshot(snap.time_s, [job], snap.pools, active)
+    slow = attrs.evolve(
+        _observation(job.id, chain, ttft=100.0, tpot=30.0),
+        replicas_up=3,
+        replica_tpot_ms={"a": 20.0, "b": 21.0, "c": 60.0},
+    )
+    kept = []
+    for name in PLANNERS:
+        if name.startswith("koi") or name == "milp-truth":  # koi's own; the truth needs a world
+            continue
+        policy = make_policy(name, catalog=catalog, seed=0)
+        first = policy.decide(running, [slow]).action(job.id)  # one slow window: a burst?
+        action = policy.decide(running, [slow]).action(job.id)
+        assert not first.recycle, name
+        if action.kind is ActionKind.KEEP:
+            assert action.recycle == ("c",), name
+            kept.append(name)
+    assert {"fcfs", "edf"} <= set(kept)
+    off = make_policy("fcfs", catalog=catalog, cfg=BaselineConfig(slow_replica_ratio=None))
+    assert not any(a.recycle for a in off.decide(running, [slow]).actions)

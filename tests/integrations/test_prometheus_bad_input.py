@@ -246,7 +246,7 @@ def test_rules_map_ranks_to_label_values(stub: StubPrometheus) -> None:
     ]
 
     def answer(query: str) -> tuple[int, Any, float]:
-        assert "by (le, deployment, namespace)" in query or "_bucket" not in query
+        assert "by (le, deployment, namespace" in query or "_bucket" not in query
         labels = {"namespace": "llm", "deployment": "chat-aws-us-east-1-on-demand-p5-48xlarge-tp1"}
         if "_bucket" in query:
             return 200, vector(({**labels, "le": "1"}, "5"), ({**labels, "le": "+Inf"}, "5")), 0

@@ -7,12 +7,14 @@ from collections.abc import Sequence
 import attrs
 import pytest
 
+from koi.baselines import make_policy
 from koi.config import KoiConfig
 from koi.errors import InvalidInput, KoiError, KoiWarning
 from koi.planner import Planner
 from koi.planner._corrections import DECODE_TIME, correction_fn
 from koi.plugins import hookimpl
 from koi.scoring import ScoringConfig
+from koi.sim import LaunchConfig, SimConfig, parse_scenario, run
 from koi.surrogate import RankCorrection
 from koi.testing.fakes import example_snapshot
 from koi.types import (
@@ -383,3 +385,42 @@ def test_a_finished_batch_job_still_deployed_is_stopped_and_the_rest_planned() -
     assert not result.fallback, result.errors
     assert result.plan.action("summarize").kind is ActionKind.STOP
     assert result.plan.action("chat").kind is not ActionKind.DEFER
+
+
+def test_a_replica_slow_two_windows_running_is_recycled_not_sized_for() -> None:
+    text = """
+[scenario]
+name = "straggler"
+duration_min = 40
+tick_s = 300
+[[pools]]
+cloud = "lab"
+region = "r1"
+market = "on_demand"
+instance_type = "box"
+instances = 8
+gpu = "H100-SXM"
+gpus_per_instance = 1
+price_usd_per_h = 4.0
+[[jobs]]
+id = "chat"
+model = "Llama-3.1-8B"
+class = "online"
+input = { mean = 500, cv = 0.3, max = 2000 }
+output = { mean = 150, cv = 0.3, max = 600 }
+rate_rps = 120
+p99_ttft_ms = 1500
+p99_tpot_ms = 60
+[[events]]
+at_min = 10
+kind = "degrade"
+job = "chat"
+slow = 2.5
+"""
+    reliable = SimConfig(launch=LaunchConfig(fail_prob=0.0, slow_prob=0.0))
+    sc = parse_scenario(text, source="straggler")
+    for ratio in (1.5, None):
+        cfg = KoiConfig(planner=attrs.evolve(KoiConfig().planner, slow_replica_ratio=ratio))
+        result = run(sc, make_policy("koi", config=cfg), seed=0, cfg=reliable)
+        notes = [t.index for t in result.trace.ticks for e in t.events if "recycled" in e]
+        assert notes == ([4] if ratio else []), ratio  # slow in the windows from 10 and 15 min

@@ -534,3 +534,63 @@ def test_a_rank_that_fell_behind_drains_when_the_router_counts_queues(drain: boo
     else:
         assert after.mediators.queue_depth > 50
         assert result.metrics.ttft_attainment < 0.8
+
+
+@attrs.define
+class _Recycling:
+    """``Fixed``, its plans asking to recycle slow replicas (as koi's and the baselines' do)."""
+
+    inner: Fixed
+    name: str = "recycling"
+    earlier: tuple[Observation, ...] = ()
+
+    room: int = 0  # instances the plans pretend each pool has beyond its capacity
+    asked: list[str] = attrs.field(factory=list)
+
+    def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
+        plan = self.inner.decide(snapshot, observations)
+        pools = [
+            attrs.evolve(p, capacity_instances=p.capacity_instances + self.room)
+            for p in snapshot.pools
+        ]
+        plan = plan.recycling(observations, self.earlier, 1.3, pools)
+        self.earlier = tuple(observations)
+        self.asked += [name for a in plan.actions for name in a.recycle]
+        return plan
+
+
+def test_a_replica_is_recycled_only_where_the_pool_has_room_for_its_successor() -> None:
+    event = "[[events]]\nat_min = 5\nkind = 'degrade'\njob = 'chat'\nslow = 2.5\n"
+    sc = tiny(pool_toml(instances=3) + online_job_toml(rate=6, out=100) + event)
+    fixed = Fixed(one_rank("Llama-3.1-8B", replicas=3))
+    policy = _Recycling(fixed, room=1)
+    result = run(sc, policy, seed=0, cfg=RELIABLE)
+    assert policy.asked  # the plans ask (they pretend there is room) ...
+    notes = [e for t in result.trace.ticks for e in t.events if "recycled" in e]
+    assert notes == []  # ... but a full pool keeps the slow replica serving
+    slow = [w.slow_replicas(1.3) for w in (obs[0] for _, obs in fixed.seen[2:])]
+    assert all(len(s) == 1 for s in slow)
+
+
+@pytest.mark.parametrize("recycle", [False, True])
+def test_a_replica_slow_two_windows_running_is_recycled(recycle: bool) -> None:
+    event = "[[events]]\nat_min = 5\nkind = 'degrade'\njob = 'chat'\nslow = 2.5\n"
+    sc = tiny(pool_toml(instances=4) + online_job_toml(rate=6, out=100) + event)
+    fixed = Fixed(one_rank("Llama-3.1-8B", replicas=3))
+    result = run(sc, _Recycling(fixed) if recycle else fixed, seed=0, cfg=RELIABLE)
+    windows = [obs[0] for _, obs in fixed.seen[1:]]  # one rank: one observation per window
+    tpots = dict(windows[1].replica_tpot_ms)  # the window the event slowed a replica in
+    assert len(tpots) == 3
+    assert max(tpots.values()) > 2 * min(tpots.values())
+    slow = [sorted(w.slow_replicas(1.3)) for w in windows]
+    assert slow[0] == []
+    assert slow[1] == slow[2] == [max(tpots, key=tpots.__getitem__)]
+    notes = [(t.index, e) for t in result.trace.ticks for e in t.events if "recycled" in e]
+    if recycle:  # asked at the tick after its second slow window, served at full speed after
+        assert notes == [(3, "chat: 1 slow replica(s) recycled")]
+        assert slow[3:] == [[]] * len(slow[3:])
+        assert all(s.current_ladders["chat"].replicas == 3 for s, _ in fixed.seen[1:])
+        assert result.trace.ticks[3].jobs[0].gpus == 4  # the old one drains, paid for
+    else:
+        assert not notes
+        assert all(s == slow[1] for s in slow[1:])

@@ -366,6 +366,19 @@ def test_set_replicas_keeps_unchanged_positions() -> None:
     assert eng.advance(1.5).requeued > 0
 
 
+def test_each_tpot_names_the_replica_it_was_measured_on() -> None:
+    slow = spec(per_seq=3e-4, overhead=0.012)  # every decode step three times as long
+    eng, (st,), _ = open_loop([spec(), slow, spec()], 6.0, [60.0])
+    assert eng.replica_serials == (0, 1, 2)
+    assert len(st.tpot_replica) == len(st.tpot_ms) > 0
+    med = {k: float(np.median(st.tpot_ms[st.tpot_replica == k])) for k in (0, 1, 2)}
+    assert med[1] > 2.5 * max(med[0], med[2])
+    eng.remove_replica(1)
+    eng.add_replica(spec())
+    assert eng.replica_serials == (0, 2, 3)  # a serial is never reused
+    assert 1.0 not in set(eng.advance(120.0).tpot_replica)  # its requests finished elsewhere
+
+
 def test_round_robin_and_least_loaded_differ_under_skew() -> None:
     # Alternate long and short generations over two replicas: round robin sends every long
     # one to the same replica, least loaded balances them.

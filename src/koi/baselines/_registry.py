@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import attrs
 import numpy as np
@@ -23,6 +23,7 @@ from koi.errors import InvalidInput
 from koi.planner import Planner
 from koi.sim import Policy, World, reference_truth
 from koi.surrogate import Surrogate
+from koi.types import ClusterSnapshot, Observation, Plan
 
 __all__ = [
     "CONFIGURABLE",
@@ -174,4 +175,27 @@ def make_policy(
         known = ", ".join((*PLANNERS, *EXTRA_PLANNERS))
         raise InvalidInput(f"planner: unknown {name!r}; choose from {known}")
     built = _Build(name, catalog or load_catalog(), seed, world, cfg or BaselineConfig(), config)
-    return builder(built)
+    policy = builder(built)
+    if isinstance(policy, KoiPolicy) or built.cfg.slow_replica_ratio is None:
+        return policy  # koi's planners recycle by their own PlannerConfig
+    return _Recycling(policy, built.cfg.slow_replica_ratio)
+
+
+@attrs.define
+class _Recycling:
+    """A baseline whose plans also replace the replicas telemetry shows running slow, as
+    koi's do (``PlannerConfig.slow_replica_ratio``): the same telemetry, the same reflex."""
+
+    policy: Policy
+    ratio: float
+    earlier: tuple[Observation, ...] = ()  # the window before the last
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
+        plan = self.policy.decide(snapshot, observations)
+        plan = plan.recycling(observations, self.earlier, self.ratio, snapshot.pools)
+        self.earlier = tuple(observations)
+        return plan

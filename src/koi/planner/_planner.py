@@ -171,6 +171,8 @@ class Planner:
         self._output_lengths = OutputLengths()
         self._progress: dict[str, Progress] = {}  # batch progress at the last tick
         self._struggling: frozenset[str] = frozenset()  # jobs telemetry shows near their bounds
+        # The window before the last: a replica is recycled when slow in both.
+        self._earlier: tuple[Observation, ...] = ()
         self._reviews: dict[str, Review] = {}  # per running job, what its last full review saw
         self._deadline = TickDeadline()
         self.state_path = Path(state_path) if state_path is not None else None
@@ -245,6 +247,7 @@ class Planner:
         watch.lap("S0_snapshot")
         errors: list[str] = []
         state = self.state
+        obs: Sequence[Observation] = given
         try:
             obs = collect_telemetry(  # S1
                 self.host, snapshot, given, state.last_time_s, errors, deadline.plan_by
@@ -263,6 +266,11 @@ class Planner:
         except Exception as exc:
             errors.append(f"internal error: {exc!r}\n{traceback.format_exc(limit=4)}")
             state, result = self.state, fallback_result(snapshot, self.state, errors)
+        ratio = self.config.planner.slow_replica_ratio
+        if ratio is not None:  # a slow replica is a fault to replace, whatever the plan does
+            plan = result.plan.recycling(obs, self._earlier, ratio, snapshot.pools)
+            result = attrs.evolve(result, plan=plan)
+        self._earlier = tuple(obs)
         result = self._commit(state, snapshot, result, launch=launch)  # S6 launch + S7
         watch.lap("S7_close")
         errors_out = tuple(redact(e) for e in result.errors)

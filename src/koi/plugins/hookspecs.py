@@ -94,7 +94,9 @@ def koi_launch(plan: Plan) -> Iterable[LaunchResult]:
     **Collect all**: every launcher sees the whole plan and acts only on the ranks whose
     environment (``rank.chain.environment.cloud``) it owns; it returns one
     :class:`~koi.types.LaunchResult` per job it touched, saying what actually materialized.
-    Partial launches are normal and are reported, not raised.
+    Partial launches are normal and are reported, not raised.  A job's ``recycle`` names
+    replicas (as its telemetry named them) to replace with fresh ones of the same chain; a
+    launcher that cannot tell its replicas apart may ignore it.
 
     :param plan: the committed plan; ``plan.ladders`` is the target state per running job.
     :returns: launch results; ``requested`` must be the part of the job's ladder this launcher

@@ -204,7 +204,10 @@ class SimConfig:
     it vanishes without notice at a random moment of the window.  Preempted spot capacity
     returns to the pool after ``spot_recovery_s``.  A rank reports ``healthy=False`` when a
     replica is missing or (online) its p99 TTFT exceeds ``unhealthy_ttft_factor`` times the
-    bound.  Reported SLO margins are clipped below at ``slo_margin_floor``.
+    bound.  Reported SLO margins are clipped below at ``slo_margin_floor``.  Each replica's
+    median TPOT is reported (``Observation.replica_tpot_ms``) when it finished at least
+    ``min_replica_samples`` multi-token requests in the window, as per-pod engine metrics
+    would give it.
 
     ``drain_backlogs``: the router that splits a job's traffic over its chains counts their
     queues (as a least-outstanding-requests balancer does); off, the split is by capacity
@@ -219,4 +222,5 @@ class SimConfig:
     spot_recovery_s: float = attrs.field(default=3600.0, validator=non_negative)
     unhealthy_ttft_factor: float = attrs.field(default=2.0, validator=positive)
     slo_margin_floor: float = -10.0
+    min_replica_samples: int = attrs.field(default=5, validator=positive_int)
     drain_backlogs: bool = True

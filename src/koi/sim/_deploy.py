@@ -28,6 +28,8 @@ class Replica:
     vanish_s: float | None = None  # world time it disappears (spot preemption, eviction)
     doomed: bool = False  # announced preemption: shown as gone, vanishes at the next tick
     in_engine: bool = False
+    name: str = ""  # the host's name for it (per-replica telemetry, recycling)
+    serial: int = -1  # the engine's name for it in per-request telemetry, once in the engine
 
 
 SpecFactory = Callable[[float], ReplicaSpec]
@@ -132,6 +134,7 @@ class Deployment:
         eng = self.engine
         assert eng is not None
         eng.add_replica(self.spec_for(rep.slow))
+        rep.serial = eng.replica_serials[-1]
         self.engine_reps.append(rep)
         rep.in_engine = True
         if self.feed is not None:
@@ -157,6 +160,8 @@ class Deployment:
         """Re-create every replica's step model (after the truth changed): a rolling restart."""
         if self.engine is not None and self.engine_reps:
             self.engine.set_replicas([self.spec_for(r.slow) for r in self.engine_reps])
+            for r, serial in zip(self.engine_reps, self.engine.replica_serials, strict=True):
+                r.serial = serial
 
     def run_window(
         self,

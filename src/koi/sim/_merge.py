@@ -19,6 +19,7 @@ _ARRAYS = (
     "output_tokens",
     "ttft_ms",
     "tpot_ms",
+    "tpot_replica",
 )
 _COUNTS = (
     "arrivals",

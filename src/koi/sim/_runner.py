@@ -147,6 +147,7 @@ def run(
             raise InvalidInput(msg)
         plan = decided
         applied = world.apply(plan)
+        notes += applied.recycled
         notes += world.preempt_unannounced()
         cost, by_type = world.cost_and_gpus(end - t)
         obs, windows = world.serve(end)

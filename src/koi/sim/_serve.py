@@ -326,6 +326,7 @@ class Serving:
             batch_left=(remaining, done),
             cfg=self.cfg,
             tick_s=self.scenario.tick_s,
+            replica_tpot_ms=_replica_tpots(d, st, self.cfg.min_replica_samples),
         )
 
     def _batch_source(self, s: JobState) -> Iterator[Request]:
@@ -396,3 +397,16 @@ def _drain_shares(
     return {
         k: max(level * c - queued[k], 0.0) / (level * c) if c > 0 else 1.0 for k, c in cap.items()
     }
+
+
+def _replica_tpots(
+    d: Deployment, st: WindowStats, min_samples: int
+) -> tuple[tuple[str, float], ...]:
+    """The median TPOT of each replica serving at the window's end that finished at least
+    ``min_samples`` multi-token requests in it, by the replica's name."""
+    out = []
+    for rep in d.engine_reps:
+        mine = st.tpot_ms[st.tpot_replica == rep.serial]
+        if not rep.doomed and len(mine) >= min_samples:
+            out.append((rep.name, float(np.median(mine))))
+    return tuple(out)

@@ -29,6 +29,7 @@ def observe(
     batch_left: tuple[float, float],
     cfg: SimConfig,
     tick_s: float,
+    replica_tpot_ms: tuple[tuple[str, float], ...] = (),
 ) -> Observation:
     """The observation of one rank over ``window`` (world times).
 
@@ -104,6 +105,7 @@ def observe(
         ),
         healthy=healthy,
         missing=tuple(missing),
+        replica_tpot_ms=replica_tpot_ms,
     )
 
 

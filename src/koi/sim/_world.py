@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import attrs
 import numpy as np
@@ -64,7 +64,8 @@ def reference_truth(world: World) -> TruthModel | MeasuredTruth:
 
 @attrs.frozen
 class ApplyResult:
-    """What applying a plan did: launches, rejected actions with reasons, and action counts."""
+    """What applying a plan did: launches, rejected actions with reasons, action counts, and
+    the slow replicas it replaced (one note per job)."""
 
     launches: tuple[LaunchResult, ...]
     rejected: tuple[str, ...]
@@ -72,6 +73,7 @@ class ApplyResult:
     keeps: int
     places: int
     stops: int
+    recycled: tuple[str, ...] = ()
 
 
 def _same_ladder(a: Ladder, b: Ladder) -> bool:
@@ -141,6 +143,7 @@ class World(Serving):
         self._surrogate_cfg = SurrogateConfig()  # feasibility's default, built once
         self._hazard: Counter[str] = Counter()
         self._pending_preemptions: Counter[str] = Counter()
+        self._launched = 0  # replicas launched so far: each is named by its number
         self.now = 0.0
         self.tick = 0
         self.reference_cost_per_token_usd = reference_cost_per_token(
@@ -365,7 +368,8 @@ class World(Serving):
         deferred.  Accepted changes launch with a delay; a replaced ladder keeps serving until
         the new one is up when the pools have room for both (make-before-break), and stops at
         once otherwise.  Stops and scale-ins are applied first (they free GPUs at once), then
-        the other actions by priority, arrival and id.
+        the other actions by priority, arrival and id; last, the replicas kept and changed jobs
+        ask to recycle (:meth:`_recycle`).
         """
         visible = {s.job.id: s for s in self._visible()}
         rejected: list[str] = []
@@ -429,7 +433,49 @@ class World(Serving):
         for s in stopped:
             self._stop(s)
         launches = [self._change(s, ladder, use) for s, ladder, _ in changes]
-        return ApplyResult(tuple(launches), tuple(rejected), swaps, keeps, places, stops)
+        recycled = []
+        for s in order:
+            act = actions.get(s.job.id)
+            if act is not None and act.recycle:
+                n = sum(self._recycle(s, d, act.recycle, use) for d in s.deployments)
+                if n:
+                    recycled.append(f"{s.job.id}: {n} slow replica(s) recycled")
+        return ApplyResult(
+            tuple(launches), tuple(rejected), swaps, keeps, places, stops, tuple(recycled)
+        )
+
+    def _recycle(
+        self, s: JobState, dep: Deployment, names: Collection[str], use: Counter[str]
+    ) -> int:
+        """Replace the serving replicas of ``dep`` named in ``names`` with fresh launches of
+        its chain, when the pool has room for both: the old ones serve until the new ones are
+        up (paid for, not shown), at most until the next tick.  Without room nothing is
+        replaced (a slow replica still serves).  Returns how many were replaced."""
+        slow = [
+            r
+            for r in dep.replicas
+            if r.name in names and r.vanish_s is None and r.ready_s <= self.now
+        ]
+        if not slow or dep.stop_s is not None:
+            return 0
+        chain = dep.chain
+        pid = chain.environment.id
+        trial = Counter(use)
+        trial[pid] += len(slow) * chain.gpus
+        if self._fits(trial, (pid,)) is not None:
+            return 0
+        use[pid] = trial[pid]
+        labels = sorted(r.name for r in slow)
+        rng = np.random.default_rng([self.seed, stable_seed("recycle", self.tick, *labels)])
+        fresh = self._launch(chain, len(slow), rng)  # a failed launch leaves the slow one be
+        until = min(
+            max((r.ready_s for r in fresh), default=self.now), self.now + self.scenario.tick_s
+        )
+        for r in slow[: len(fresh)]:
+            r.vanish_s = until
+            r.doomed = True  # held (and paid for) while it drains, no longer shown
+        dep.replicas.extend(fresh)
+        return len(fresh)
 
     def _stop(self, s: JobState) -> None:
         s.deployments = []
@@ -448,7 +494,8 @@ class World(Serving):
             if rng.uniform() < lc.fail_prob or not starts:
                 continue  # never materializes
             slow = float(rng.uniform(*lc.slow_factor)) if rng.uniform() < lc.slow_prob else 1.0
-            out.append(Replica(ready_s=self.now + delay, slow=round(slow, 2)))
+            self._launched += 1
+            out.append(Replica(self.now + delay, round(slow, 2), name=f"r{self._launched}"))
         return out
 
     def _deployment(self, s: JobState, chain: Chain, replicas: list[Replica]) -> Deployment:

@@ -582,6 +582,7 @@ def observations(
             healthy=draw(st.booleans()),
             missing=missing,
             resolution=resolution,
+            replica_tpot_ms=draw(st.dictionaries(_default_names(), _floats(0.0, 1e4), max_size=4)),
         )
 
     return build()
@@ -606,15 +607,23 @@ _RUNNING = (ActionKind.PLACE, ActionKind.RECONFIGURE, ActionKind.KEEP)
 
 @_lazy
 def job_actions(*, job_ids: st.SearchStrategy[str] | None = None) -> st.SearchStrategy[JobAction]:
-    """Actions whose ladder matches their kind (running kinds get a non-empty ladder)."""
+    """Actions whose ladder matches their kind (running kinds get a non-empty ladder); kept
+    and reconfigured jobs may recycle replicas."""
     id_st = _default_names() if job_ids is None else job_ids
 
     @st.composite
     def build(draw: st.DrawFn) -> JobAction:
         kind = draw(st.sampled_from(ActionKind))
         ladder = draw(ladders(min_size=1, max_size=3)) if kind in _RUNNING else Ladder()
+        recycle: list[str] = []
+        if kind in (ActionKind.KEEP, ActionKind.RECONFIGURE):
+            recycle = draw(st.lists(_default_names(), unique=True, max_size=2))
         return JobAction(
-            job_id=draw(id_st), kind=kind, ladder=ladder, reason=draw(st.text(max_size=20))
+            job_id=draw(id_st),
+            kind=kind,
+            ladder=ladder,
+            reason=draw(st.text(max_size=20)),
+            recycle=recycle,
         )
 
     return build()

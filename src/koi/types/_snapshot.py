@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types._deploy import Ladder
+from koi.types._deploy import Chain, Ladder
 from koi.types._enums import ActionKind, to_action
 from koi.types._hardware import MAX_COUNT, Pool
+from koi.types._telemetry import Observation
 from koi.types._workload import Job
 from koi.types.validators import identifier, int_in, non_negative, one_of, to_tuple
 
@@ -104,18 +105,30 @@ class ClusterSnapshot:
 
 @attrs.frozen
 class JobAction:
-    """What the plan does with one job, the ladder it ends on and a one-line reason."""
+    """What the plan does with one job, the ladder it ends on and a one-line reason.
+
+    ``recycle`` names replicas (as :attr:`Observation.replica_tpot_ms` does) that the host
+    should replace with fresh ones of the same chain: only a kept or reconfigured job
+    recycles.
+    """
 
     job_id: str = attrs.field(validator=identifier)
     kind: ActionKind = attrs.field(converter=to_action, validator=one_of(ActionKind))
     ladder: Ladder = attrs.field(factory=Ladder)
     reason: str = ""
+    recycle: tuple[str, ...] = attrs.field(default=(), converter=to_tuple)
 
     def __attrs_post_init__(self) -> None:
         running = self.kind in (ActionKind.PLACE, ActionKind.RECONFIGURE, ActionKind.KEEP)
         if running == self.ladder.is_empty:
             need = "a non-empty" if running else "an empty"
             raise InvalidInput(f"ladder: action {self.kind.value} needs {need} ladder")
+        if self.recycle and self.kind not in (ActionKind.KEEP, ActionKind.RECONFIGURE):
+            raise InvalidInput(f"recycle: a {self.kind.value} action recycles no replica")
+        _unique("recycle", list(self.recycle))
+        for k, name in enumerate(self.recycle):
+            if not isinstance(name, str) or not name:
+                raise InvalidInput(f"recycle[{k}]: must be a replica's name, got {name!r}")
 
 
 @attrs.frozen
@@ -139,6 +152,42 @@ class Plan:
     def ladders(self) -> Mapping[str, Ladder]:
         """Job id -> ladder after the plan is applied (running jobs only)."""
         return {a.job_id: a.ladder for a in self.actions if not a.ladder.is_empty}
+
+    def recycling(
+        self,
+        observations: Iterable[Observation],
+        earlier: Iterable[Observation],
+        ratio: float,
+        pools: Iterable[Pool],
+    ) -> Plan:
+        """This plan, asking to recycle every replica that ran slow (:meth:`Observation.\
+slow_replicas` at ``ratio``) in the last window and in the one before (``earlier``): one slow
+        window can be a burst of long prompts on that replica, a bad GPU stays slow.  Only on
+        a chain its job keeps with no fewer replicas (a scale-in drops slow replicas first), and
+        only while ``pools`` have room, beside this plan's ladders, for the fresh replica to
+        start before the slow one goes: a slow replica still serves, a missing one does not."""
+        room = {p.id: p.capacity_gpus for p in pools}
+        for ladder in self.ladders.values():
+            for pid, n in ladder.gpus_by_pool().items():
+                room[pid] = room.get(pid, 0) - n
+        before = {(o.job_id, o.chain): o.slow_replicas(ratio) for o in earlier}
+        slow: dict[tuple[str, Chain], tuple[frozenset[str], int]] = {}
+        for o in observations:
+            key = (o.job_id, o.chain)
+            slow[key] = (o.slow_replicas(ratio) & before.get(key, frozenset()), o.replicas_up)
+        actions = []
+        for a in self.actions:
+            names: list[str] = []
+            if a.kind in (ActionKind.KEEP, ActionKind.RECONFIGURE):
+                for r in a.ladder.ranks:
+                    bad, up = slow.get((a.job_id, r.chain), (frozenset(), 0))
+                    pid = r.chain.environment.id
+                    for name in sorted(bad) if r.replicas >= up else ():
+                        if room.get(pid, 0) >= r.chain.gpus:
+                            room[pid] -= r.chain.gpus
+                            names.append(name)
+            actions.append(attrs.evolve(a, recycle=tuple(names)) if names else a)
+        return attrs.evolve(self, actions=tuple(actions))
 
 
 @attrs.frozen

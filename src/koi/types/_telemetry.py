@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -135,6 +137,16 @@ class Resolution:
         return min(self.high, max(self.low, value))
 
 
+def _named_values(value: Any) -> tuple[tuple[Any, Any], ...]:
+    items = value.items() if isinstance(value, Mapping) else value
+    out = []
+    for k, item in enumerate(to_tuple(items)):
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise InvalidInput(f"replica_tpot_ms[{k}]: expected a (name, value) pair, got {item!r}")
+        out.append((item[0], item[1]))
+    return tuple(out)
+
+
 @attrs.frozen
 class Observation:
     """Telemetry for one deployed rank over one window ``[start_s, end_s)``.
@@ -149,8 +161,14 @@ class Observation:
     from coarse data such as histogram buckets, the interval the true value lies in; the
     planner's learning counts only the part of a miss that the interval cannot explain.
 
+    ``replica_tpot_ms`` maps a replica's name (the host's: a pod, a process) to its median
+    TPOT over the window, for the replicas that finished enough requests to say; a source with
+    per-replica metrics (one scrape target per engine pod) reports it, others leave it empty.
+    A replica far slower than its siblings window after window is a fault of that replica — a
+    bad GPU, a throttled host — not of the chain (:func:`slow_replicas`).
+
     .. versionchanged:: 0.1
-       ``missing`` and ``resolution`` (both empty by default).
+       ``missing`` and ``resolution`` (both empty by default); ``replica_tpot_ms``.
     """
 
     job_id: str = attrs.field(validator=identifier)
@@ -165,8 +183,22 @@ class Observation:
     healthy: bool = True
     missing: tuple[str, ...] = attrs.field(default=(), converter=_names, validator=_known_variables)
     resolution: tuple[Resolution, ...] = attrs.field(default=(), converter=to_tuple)
+    replica_tpot_ms: tuple[tuple[str, float], ...] = attrs.field(
+        default=(), converter=_named_values
+    )
 
     def __attrs_post_init__(self) -> None:
+        names: set[object] = set()
+        for k, (name, t) in enumerate(self.replica_tpot_ms):
+            if not isinstance(name, str) or not name or name in names:
+                raise InvalidInput(
+                    f"replica_tpot_ms[{k}]: a replica needs a unique name, got {name!r}"
+                )
+            names.add(name)
+            if isinstance(t, bool) or not isinstance(t, int | float) or not 0 <= t < math.inf:
+                raise InvalidInput(
+                    f"replica_tpot_ms[{name}]: must be a finite number >= 0, got {t!r}"
+                )
         if self.end_s <= self.start_s:
             msg = f"end_s: must be > start_s ({self.start_s}), got {self.end_s}"
             raise InvalidInput(msg)
@@ -193,6 +225,15 @@ class Observation:
         if name in _MEDIATOR_NAMES:
             return self.mediators.get(Mediator(name))
         raise InvalidInput(f"variable: unknown variable {name!r}")
+
+    def slow_replicas(self, ratio: float) -> frozenset[str]:
+        """The replicas whose TPOT is more than ``ratio`` times the norm: the median over the
+        replicas measured, or the faster of two (none with fewer than two measured)."""
+        tpots = [t for _, t in self.replica_tpot_ms]
+        if len(tpots) < 2:
+            return frozenset()
+        norm = min(tpots) if len(tpots) == 2 else statistics.median(tpots)
+        return frozenset(name for name, t in self.replica_tpot_ms if t > ratio * norm)
 
     def bounds(self, variable: Outcome | Mediator | str) -> Resolution | None:
         """The interval a measured value lies in, when the source gave one."""

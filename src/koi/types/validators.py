@@ -32,6 +32,13 @@ def positive(_inst: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise _fail(attribute, "> 0", value)
 
 
+def above_one(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """Finite and strictly greater than one (a ratio that means "more than")."""
+    v = _number(attribute, value)
+    if not (1 < v < math.inf):
+        raise _fail(attribute, "> 1", value)
+
+
 def non_negative(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """Finite and at least zero."""
     v = _number(attribute, value)

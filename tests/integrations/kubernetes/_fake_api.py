@@ -174,6 +174,18 @@ class FakeCluster:
             return 200, {"kind": "NodeList", "apiVersion": "v1", "items": self.nodes}
         if path == "/api/v1/pods" and method == "GET":
             return 200, {"kind": "PodList", "apiVersion": "v1", "items": self.pods}
+        pod = path.removeprefix("/api/v1/namespaces/").split("/")
+        if method == "DELETE" and len(pod) == 3 and pod[1] == "pods":
+            ns, _, name = pod
+            left = [
+                p
+                for p in self.pods
+                if (p["metadata"]["namespace"], p["metadata"]["name"]) != (ns, name)
+            ]
+            if len(left) == len(self.pods):
+                return 404, _status(404, "NotFound", f'pods "{name}" not found')
+            self.pods = left
+            return 200, {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": name}}
         if path.startswith(_LWS) and not self.lws_installed:
             return 404, _status(404, "NotFound", "the server could not find the requested resource")
         parts = path.strip("/").split("/")

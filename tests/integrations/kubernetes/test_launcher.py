@@ -10,7 +10,7 @@ import yaml
 
 from koi.errors import KoiWarning
 from koi.integrations.engine import workload_name
-from koi.integrations.kubernetes import KubeApi, KubernetesLauncher, KubernetesSettings
+from koi.integrations.kubernetes import JOB_LABEL, KubeApi, KubernetesLauncher, KubernetesSettings
 from koi.planner import Planner
 from koi.testing.contracts import LauncherContract
 from koi.testing.fakes import example_snapshot
@@ -562,3 +562,31 @@ def test_a_kept_rank_is_looked_at_not_waited_for(
     assert time.monotonic() - start < 30.0  # far below the 60 s it would wait for a new rank
     assert "1 of 2 replicas ready (kept)" in result.message
     assert result.materialized == Ladder((attrs.evolve(r, replicas=1),))
+
+
+def test_a_recycled_replica_is_its_pod_deleted_and_nothing_else(
+    cluster: FakeCluster, launcher: KubernetesLauncher, settings: KubernetesSettings
+) -> None:
+    r = rank(launcher)
+    launch(launcher, plan(r))
+
+    def pod(name: str, job: str, namespace: str = settings.namespace) -> dict[str, object]:
+        meta = {"name": name, "namespace": namespace, "labels": {JOB_LABEL: job}}
+        return {"metadata": meta, "spec": {}, "status": {"phase": "Running"}}
+
+    cluster.pods = [
+        pod("chat-a", "chat"),
+        pod("chat-b", "chat"),
+        pod("other-a", "other"),  # another job's pod of the same name is not chat's
+        pod("chat-c", "chat", namespace="elsewhere"),  # not this launcher's namespace
+    ]
+    keep = Plan(
+        0.0,
+        [JobAction("chat", "keep", Ladder((r,)), recycle=("chat-b", "other-a", "chat-c"))],
+    )
+    result = launch(launcher, keep)
+    assert "recycled pod chat-b" in result.message
+    names = [p["metadata"]["name"] for p in cluster.pods]  # type: ignore[index]
+    assert names == ["chat-a", "other-a", "chat-c"]
+    deletes = [path for m, path, _ in cluster.requests if m == "DELETE"]
+    assert deletes == [f"/api/v1/namespaces/{settings.namespace}/pods/chat-b"]

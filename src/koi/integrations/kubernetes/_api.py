@@ -176,6 +176,19 @@ class KubeApi:
             raise KubernetesApiError(what, None, f"koi does not write {kind} objects")
         return dict(self._call(what, fn, *args, **kwargs))
 
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        """Delete one pod (its workload's controller starts a fresh one); ``False`` when it
+        was already gone."""
+        try:
+            self._call(
+                f"delete pod {namespace}/{name}", self._core.delete_namespaced_pod, name, namespace
+            )
+        except KubernetesApiError as exc:
+            if exc.status != 404:
+                raise
+            return False
+        return True
+
     def delete(self, kind: str, namespace: str, name: str) -> None:
         what = f"delete {kind} {namespace}/{name}"
         try:

@@ -19,7 +19,7 @@ import attrs
 
 from koi.catalog import Catalog, load_catalog
 from koi.errors import InvalidInput, KoiWarning
-from koi.integrations.engine import service_name
+from koi.integrations.engine import label_value, service_name
 from koi.integrations.kubernetes._api import KubeApi, KubernetesApiError
 from koi.integrations.kubernetes._nodes import PoolView, gpus_requested, pool_views
 from koi.integrations.kubernetes._render import (
@@ -268,7 +268,37 @@ class KubernetesLauncher:
             self._dry_run(w)
         if mode is LaunchMode.DRY_RUN:
             return [self._result(w, self._dry_run_summary(w)) for w in work]
-        return self._apply(work, views, live, retire)
+        results = self._apply(work, views, live, retire)
+        recycled = self._recycle(plan)
+        return [
+            attrs.evolve(r, message=f"{r.message}; {recycled[r.job_id]}".lstrip("; "))
+            if r.job_id in recycled
+            else r
+            for r in results
+        ]
+
+    def _recycle(self, plan: Plan) -> dict[str, str]:
+        """Delete the pods the plan recycles (``JobAction.recycle``: named as the telemetry
+        names them, with ``replica_label="pod"``): only this launcher's pods of that job, in
+        its namespace; each workload's controller starts a fresh pod in its place."""
+        wanted = {
+            (label_value(a.job_id), name): a.job_id for a in plan.actions for name in a.recycle
+        }
+        if not wanted:
+            return {}
+        ns = self.settings.namespace
+        out: dict[str, list[str]] = {}
+        for pod in self._cluster().list_pods():
+            meta = pod.get("metadata") or {}
+            name = meta.get("name", "")
+            job = wanted.get(((meta.get("labels") or {}).get(JOB_LABEL, ""), name))
+            if meta.get("namespace") == ns and job is not None:
+                try:
+                    gone = self._cluster().delete_pod(ns, name)
+                    out.setdefault(job, []).append(f"recycled pod {name}" if gone else "")
+                except KubernetesApiError as exc:
+                    out.setdefault(job, []).append(f"pod {name} not recycled: {exc}")
+        return {job: "; ".join(n for n in notes if n) for job, notes in out.items()}
 
     def _result(self, w: _JobWork, message: str) -> LaunchResult:
         up = [attrs.evolve(r.rank, replicas=r.ready) for r in w.ranks if r.ready > 0]

@@ -7,6 +7,7 @@ observation, and the missing-versus-zero rules must read the same at every step 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -44,7 +45,9 @@ class EngineWindow:
     ``None`` fields.  Gauges are means over the window and over the rank's replicas;
     ``preemptions_per_s`` is per replica.  ``prefix_hit_rate`` is the share of prompt tokens
     served from the prefix cache: hits over queries of the engine's counters, else its hit-rate
-    gauge.  ``notes`` say what was dropped and why.
+    gauge.  ``notes`` say what was dropped and why.  ``replica_tpot_ms`` is each replica's
+    median TPOT (by its ``replica_label``), from the same histogram as the p99 TPOT, for the
+    replicas with at least ``PrometheusTelemetry.min_replica_requests`` in the window.
 
     .. versionadded:: 0.1
     """
@@ -64,6 +67,7 @@ class EngineWindow:
     preemptions_per_s: float | None
     notes: tuple[str, ...] = ()
     prefix_hit_rate: float | None = None
+    replica_tpot_ms: tuple[tuple[str, float], ...] = ()
 
     @property
     def tpot(self) -> tuple[str, QuantileEstimate] | None:
@@ -151,6 +155,7 @@ class EngineWindow:
             healthy=self.replicas_up >= self.rank.replicas,
             missing=missing,
             resolution=resolution,
+            replica_tpot_ms=self.replica_tpot_ms,
         )
 
 
@@ -227,6 +232,9 @@ class PrometheusTelemetry:
     headers
         HTTP headers for every request (e.g. ``Authorization`` for a proxy in front of
         Prometheus).
+    min_replica_requests
+        Requests a replica must have finished in the window before its median TPOT is
+        reported (:attr:`Observation.replica_tpot_ms`: how the planner finds a slow replica).
 
     A metric that is absent is reported as *missing* (:attr:`Observation.missing`), never as
     zero; so are values that come back NaN, infinite or negative (with a note in the log).  A
@@ -252,12 +260,19 @@ class PrometheusTelemetry:
         headers: Mapping[str, str] | None = None,
         engines: Mapping[str, EngineMetrics] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        min_replica_requests: int = 5,
     ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise InvalidInput(f"url: must be an http(s) URL, got {url!r}")
         for name, v in (("timeout_s", timeout_s), ("budget_s", budget_s)):
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
                 raise InvalidInput(f"{name}: must be a number > 0, got {v!r}")
+        if isinstance(min_replica_requests, bool) or not isinstance(min_replica_requests, int):
+            raise InvalidInput(
+                f"min_replica_requests: must be an integer, got {min_replica_requests!r}"
+            )
+        if min_replica_requests < 1:
+            raise InvalidInput(f"min_replica_requests: must be >= 1, got {min_replica_requests}")
         if not isinstance(replica_label, str) or not _LABEL.fullmatch(replica_label):
             raise InvalidInput(f"replica_label: not a label name: {replica_label!r}")
         if not isinstance(selector, str):
@@ -272,6 +287,7 @@ class PrometheusTelemetry:
         self.models = dict(models or {})
         self.selector = _selector(selector)
         self.replica_label = replica_label
+        self.min_samples = min_replica_requests
         self.budget_s = float(budget_s)
         self.engines = dict(ENGINES if engines is None else engines)
         self._clock = clock
@@ -395,6 +411,17 @@ class PrometheusTelemetry:
             samples = clean(name, mine(name))
             return sum(s.value for s in samples) if samples else None
 
+        per_replica: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
+        for s in clean("replica_tpot buckets", mine("replica_tpot")):
+            name, le = s.labels.get(self.replica_label), s.labels.get("le", "nan")
+            with contextlib.suppress(ValueError):  # a malformed bucket was noted above
+                if name:
+                    per_replica[name][float(le)] += s.value
+        replica_tpot = []
+        for name, buckets in sorted(per_replica.items()):
+            median = histogram_quantile(0.5, buckets.items())
+            if median is not None and buckets.get(math.inf, 0.0) * span >= self.min_samples:
+                replica_tpot.append((name, median.value * 1000.0))
         preempt = counter("preemptions")
         hits, looked_up = counter("prefix_hits"), counter("prefix_queries")
         if hits is not None and looked_up is not None and looked_up > 0:
@@ -417,6 +444,7 @@ class PrometheusTelemetry:
             preemptions_per_s=preempt / max(len(replicas), 1) if preempt is not None else None,
             notes=tuple(n for n in notes if n.startswith(where)),
             prefix_hit_rate=prefix_rate,
+            replica_tpot_ms=tuple(replica_tpot),
         )
 
 
@@ -456,6 +484,9 @@ class _Fetcher:
             name = getattr(m, family)
             if name is not None:
                 queries[family] = f"sum{_by('le', *keys)} (rate({vec(name, '_bucket')}{w}))"
+        tpot = m.request_tpot if m.request_tpot is not None else m.itl  # EngineWindow.tpot's
+        if tpot is not None:
+            queries["replica_tpot"] = f"sum{_by('le', *keys, rl)} (rate({vec(tpot, '_bucket')}{w}))"
         queries["generation"] = f"sum{_by(*keys)} (rate({vec(m.generation_tokens)}{w}))"
         if m.preemptions is not None:
             queries["preemptions"] = f"sum{_by(*keys)} (rate({vec(m.preemptions)}{w}))"

@@ -35,7 +35,7 @@ class _Acc:
     ``overhead``.  Counts: decode ``tokens``, ``preemptions``, ``rejected`` (could never fit),
     ``requeued`` (held back when replicas went away), ``arrivals``.  Per finished request:
     ``ttft`` and the ``f_*`` columns — id, arrival, first-token and end time, input and output
-    tokens.
+    tokens, and the serial of the replica it finished on.
     """
 
     __slots__ = (
@@ -52,6 +52,7 @@ class _Acc:
         "f_id",
         "f_in",
         "f_out",
+        "f_rep",
         "kv",
         "memory",
         "overhead",
@@ -79,6 +80,7 @@ class _Acc:
         self.f_entered: list[float] = []
         self.f_in: list[int] = []
         self.f_out: list[int] = []
+        self.f_rep: list[int] = []
 
 
 class ReplayEngine:
@@ -148,6 +150,7 @@ class ReplayEngine:
         # Block ends of all replicas; an entry is live while its replica's block ends there.
         self._ends: list[tuple[float, int, _Replica]] = []
         self._tie = 0
+        self._serial = 0  # the next replica's serial
         for spec in replicas:
             self._reps.append(self._new_replica(spec))
 
@@ -165,6 +168,12 @@ class ReplayEngine:
     @property
     def replicas(self) -> tuple[ReplicaSpec, ...]:
         return tuple(r.spec for r in self._reps)
+
+    @property
+    def replica_serials(self) -> tuple[int, ...]:
+        """Each replica's serial, in :attr:`replicas` order: numbered from 0 as the engine
+        starts them, never reused (``WindowStats.tpot_replica`` names replicas by it)."""
+        return tuple(r.serial for r in self._reps)
 
     @property
     def queued(self) -> int:
@@ -283,7 +292,8 @@ class ReplayEngine:
             else:
                 model = UncachedStepModel(sm)
             self._models[key] = model
-        return _Replica(spec, model, self._now, self.config.kv_watermark)
+        self._serial += 1
+        return _Replica(spec, model, self._now, self.config.kv_watermark, self._serial - 1)
 
     def add_replica(self, spec: ReplicaSpec) -> None:
         """Start one more replica at :attr:`now_s`; held requests are routed at once."""
@@ -386,8 +396,9 @@ class ReplayEngine:
         self.acc.preemptions += 1
         self.on_queue(t, 1)
 
-    def on_finish(self, seq: _Seq, t: float) -> None:
+    def on_finish(self, seq: _Seq, t: float, serial: int) -> None:
         acc = self.acc
+        acc.f_rep.append(serial)
         acc.f_id.append(seq.id)
         acc.f_arr.append(seq.arrival)
         acc.f_first.append(seq.first)
@@ -525,6 +536,7 @@ class ReplayEngine:
         # The engine's own TPOT leaves out requests whose first token came from another one.
         multi = (f_out > 1) & (f_first >= np.array(acc.f_entered, dtype=float))
         tpot = (f_end[multi] - f_first[multi]) / (f_out[multi] - 1) * 1e3
+        tpot_replica = np.array(acc.f_rep, dtype=np.int64)[multi]
         stats = WindowStats(
             start_s=start,
             end_s=until,
@@ -537,6 +549,7 @@ class ReplayEngine:
             output_tokens=f_out,
             ttft_ms=acc.ttft,
             tpot_ms=tpot,
+            tpot_replica=tpot_replica,
             unserved_age_ms=np.array(ages, dtype=float) * 1e3,
             arrivals=acc.arrivals,
             first_tokens=len(acc.ttft),

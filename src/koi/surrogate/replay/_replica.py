@@ -199,14 +199,18 @@ class _Replica:
         "running",
         "s_dec",
         "sb_dec",
+        "serial",
         "spec",
         "stall",
         "used_pre",
         "waiting",
     )
 
-    def __init__(self, spec: ReplicaSpec, model: Model, now: float, watermark: float) -> None:
+    def __init__(
+        self, spec: ReplicaSpec, model: Model, now: float, watermark: float, serial: int
+    ) -> None:
         self.spec = spec
+        self.serial = serial  # the engine's name for it in per-request telemetry
         self.m = model
         self.cap = spec.kv_capacity_tokens
         self.adm_cap = spec.kv_capacity_tokens * (1.0 - watermark)
@@ -476,7 +480,7 @@ class _Replica:
             self.sb_dec -= seq.sb
             if seq.sb:  # _unpin's own test, without the call for prefix-free requests
                 self._unpin(seq)
-            eng.on_finish(seq, e)
+            eng.on_finish(seq, e, self.serial)
         if self.p_pref:
             keep: list[_Seq] = []
             for seq in self.prefilling:
@@ -502,7 +506,7 @@ class _Replica:
                             self.load -= 1
                             if seq.sb:
                                 self._unpin(seq)
-                            eng.on_finish(seq, e)
+                            eng.on_finish(seq, e, self.serial)
                         else:
                             seq.j = it
                             # Its prefix's KV is the pinned prefix's, not its own.

@@ -36,7 +36,9 @@ class WindowStats:
     Per-request arrays
         ``request_ids``, ``arrival_s``, ``first_token_s``, ``finish_s``, ``input_tokens``,
         ``output_tokens`` describe every request that *finished* in the window; ``tpot_ms`` is
-        ``(finish - first token) / (output - 1)`` over those with more than one output token.
+        ``(finish - first token) / (output - 1)`` over those with more than one output token,
+        and ``tpot_replica`` the serial of the replica each of those finished on
+        (:attr:`ReplayEngine.replica_serials`): a slow replica shows in its own TPOTs.
         ``ttft_ms`` is over every request whose *first token* came in the window, so a long
         generation does not hide its TTFT until it ends.  ``ttft_ms``, ``tpot_ms`` and the
         unserved ages are what this engine measured: a request handed over from another
@@ -87,6 +89,9 @@ class WindowStats:
     )
     ttft_ms: np.ndarray = attrs.field(converter=_frozen_array, eq=_EQ, hash=False, factory=_empty)
     tpot_ms: np.ndarray = attrs.field(converter=_frozen_array, eq=_EQ, hash=False, factory=_empty)
+    tpot_replica: np.ndarray = attrs.field(
+        converter=_frozen_array, eq=_EQ, hash=False, factory=_empty
+    )
     unserved_age_ms: np.ndarray = attrs.field(
         converter=_frozen_array, eq=_EQ, hash=False, factory=_empty
     )
