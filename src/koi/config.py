@@ -73,7 +73,8 @@ class PlannerConfig:
     ``slow_replica_ratio``: a replica whose median TPOT is more than this many times its
     siblings' (``Observation.replica_tpot_ms``) in each of the last two windows is a fault — a
     bad GPU, a throttled host — and the plan asks the host to replace it (``JobAction.recycle``)
-    rather than sizing the whole job for it; ``None`` never recycles.
+    rather than sizing the whole job for it; ``None`` (the default: on the benchmark it gained
+    nothing, see docs/planner.md) never recycles; 1.5 is the measured choice.
     A running job with nothing new since its last full review (same ladder and declaration,
     traffic within ``drift_tolerance``, clear of its bounds, its keep within C3) is only
     re-checked, keep or stop, and reviewed in full at least every ``review_every`` ticks
@@ -100,7 +101,7 @@ class PlannerConfig:
     best_effort_candidates: int = attrs.field(default=2, validator=non_negative_int)
     refusal_margin: float = attrs.field(default=1.0, validator=non_negative)
     spread_best_effort: bool = False
-    slow_replica_ratio: float | None = attrs.field(default=1.5, validator=optional(above_one))
+    slow_replica_ratio: float | None = attrs.field(default=None, validator=optional(above_one))
     review_every: int = attrs.field(default=4, validator=positive_int)
     learning: bool = True
     causal_graph: bool = True

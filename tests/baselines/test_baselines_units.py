@@ -26,6 +26,7 @@ from koi.baselines import (
     safe_plan,
 )
 from koi.catalog import Catalog, load_catalog
+from koi.config import KoiConfig
 from koi.errors import InvalidInput
 from koi.sim import build_world, reference_truth
 from koi.surrogate import OperatorModel
@@ -230,8 +231,7 @@ _SHAPE: dict[str, Any] = {
 
 def test_milp_truth_sees_the_truth_and_follows_driver_updates(catalog: Catalog) -> None:
     world = build_world("smoke", seed=3)
-    raw = BaselineConfig(slow_replica_ratio=None)  # no recycling wrapper
-    reference = make_policy("milp-truth", catalog=catalog, seed=3, world=world, cfg=raw)
+    reference = make_policy("milp-truth", catalog=catalog, seed=3, world=world)
     assert isinstance(reference, MilpTruth)
     gpu, model = catalog.gpus["L4"], catalog.models["Llama-3.1-8B"]
     config = Config()
@@ -272,11 +272,13 @@ def test_every_baseline_recycles_a_replica_slow_two_windows_running(catalog: Cat
         replicas_up=3,
         replica_tpot_ms={"a": 20.0, "b": 21.0, "c": 60.0},
     )
+    planner = attrs.evolve(KoiConfig().planner, slow_replica_ratio=1.5)
+    recycling = KoiConfig(planner=planner)  # koi's knob switches every planner's reflex
     kept = []
     for name in PLANNERS:
         if name.startswith("koi") or name == "milp-truth":  # koi's own; the truth needs a world
             continue
-        policy = make_policy(name, catalog=catalog, seed=0)
+        policy = make_policy(name, catalog=catalog, seed=0, config=recycling)
         first = policy.decide(running, [slow]).action(job.id)  # one slow window: a burst?
         action = policy.decide(running, [slow]).action(job.id)
         assert not first.recycle, name
@@ -284,5 +286,6 @@ def test_every_baseline_recycles_a_replica_slow_two_windows_running(catalog: Cat
             assert action.recycle == ("c",), name
             kept.append(name)
     assert {"fcfs", "edf"} <= set(kept)
-    off = make_policy("fcfs", catalog=catalog, cfg=BaselineConfig(slow_replica_ratio=None))
-    assert not any(a.recycle for a in off.decide(running, [slow]).actions)
+    off = make_policy("fcfs", catalog=catalog)  # koi's default: no recycling, for anyone
+    for _ in range(2):
+        assert not any(a.recycle for a in off.decide(running, [slow]).actions)

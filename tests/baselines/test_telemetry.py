@@ -227,5 +227,4 @@ def test_feedback_milp_learns_a_smoothed_factor_per_stratum() -> None:
 
 
 def test_the_registry_builds_feedback_milp() -> None:
-    raw = BaselineConfig(slow_replica_ratio=None)  # no recycling wrapper
-    assert isinstance(make_policy("feedback-milp", catalog=_CAT, cfg=raw), FeedbackMilp)
+    assert isinstance(make_policy("feedback-milp", catalog=_CAT), FeedbackMilp)

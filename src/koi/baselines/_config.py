@@ -6,7 +6,7 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.selector import SelectorConfig
-from koi.types.validators import above_one, fraction, non_negative, optional, positive, positive_int
+from koi.types.validators import fraction, non_negative, positive, positive_int
 
 __all__ = ["BaselineConfig"]
 
@@ -36,9 +36,6 @@ class BaselineConfig:
     they may ask the proposer for a short list, each later round with its retry headroom
     (koi's default, 2).  ``selector`` configures the joint selector; the benchmark sets no
     wall-clock limit on it, so that a run depends only on (scenario, seed, planner).
-    ``slow_replica_ratio`` gives every baseline koi's reflex for a slow replica (its plans ask
-    to recycle one whose median TPOT is more than this many times its siblings' two windows
-    running; ``None``: never), so that it is no advantage of koi's.
     """
 
     max_candidates: int = attrs.field(default=12, validator=positive_int)
@@ -57,4 +54,3 @@ class BaselineConfig:
     evo_mutation: float = attrs.field(default=0.15, validator=fraction)
     evo_elite: int = attrs.field(default=2, validator=positive_int)
     evo_budget_per_job: int = attrs.field(default=24, validator=positive_int)
-    slow_replica_ratio: float | None = attrs.field(default=1.5, validator=optional(above_one))

@@ -166,7 +166,9 @@ def make_policy(
     planners; ``world`` (a :class:`koi.sim.World` built for the run's scenario and seed) is
     required by — and only given to — the references (``milp-truth``, ``koi-truth``).
     ``config`` is the base :class:`~koi.config.KoiConfig` of koi's planners (its ablations
-    switch their part off on top of it); the baselines do not read it.
+    switch their part off on top of it); the baselines read only its
+    ``planner.slow_replica_ratio``: when koi recycles slow replicas, every baseline's plans do
+    too, by the same rule on the same telemetry.
     """
     builder = _BUILDERS.get(name)
     if builder is None:
@@ -176,15 +178,17 @@ def make_policy(
         raise InvalidInput(f"planner: unknown {name!r}; choose from {known}")
     built = _Build(name, catalog or load_catalog(), seed, world, cfg or BaselineConfig(), config)
     policy = builder(built)
-    if isinstance(policy, KoiPolicy) or built.cfg.slow_replica_ratio is None:
+    ratio = (config or KoiConfig()).planner.slow_replica_ratio
+    if isinstance(policy, KoiPolicy) or ratio is None:
         return policy  # koi's planners recycle by their own PlannerConfig
-    return _Recycling(policy, built.cfg.slow_replica_ratio)
+    return _Recycling(policy, ratio)
 
 
 @attrs.define
 class _Recycling:
     """A baseline whose plans also replace the replicas telemetry shows running slow, as
-    koi's do (``PlannerConfig.slow_replica_ratio``): the same telemetry, the same reflex."""
+    koi's do (``PlannerConfig.slow_replica_ratio``): the same telemetry, the same reflex, so
+    that it is no advantage of koi's."""
 
     policy: Policy
     ratio: float

@@ -437,16 +437,14 @@ class World(Serving):
         for s in order:
             act = actions.get(s.job.id)
             if act is not None and act.recycle:
-                n = sum(self._recycle(s, d, act.recycle, use) for d in s.deployments)
+                n = sum(self._recycle(d, act.recycle, use) for d in s.deployments)
                 if n:
                     recycled.append(f"{s.job.id}: {n} slow replica(s) recycled")
         return ApplyResult(
             tuple(launches), tuple(rejected), swaps, keeps, places, stops, tuple(recycled)
         )
 
-    def _recycle(
-        self, s: JobState, dep: Deployment, names: Collection[str], use: Counter[str]
-    ) -> int:
+    def _recycle(self, dep: Deployment, names: Collection[str], use: Counter[str]) -> int:
         """Replace the serving replicas of ``dep`` named in ``names`` with fresh launches of
         its chain, when the pool has room for both: the old ones serve until the new ones are
         up (paid for, not shown), at most until the next tick.  Without room nothing is

@@ -160,12 +160,13 @@ class Plan:
         ratio: float,
         pools: Iterable[Pool],
     ) -> Plan:
-        """This plan, asking to recycle every replica that ran slow (:meth:`Observation.\
-slow_replicas` at ``ratio``) in the last window and in the one before (``earlier``): one slow
-        window can be a burst of long prompts on that replica, a bad GPU stays slow.  Only on
-        a chain its job keeps with no fewer replicas (a scale-in drops slow replicas first), and
-        only while ``pools`` have room, beside this plan's ladders, for the fresh replica to
-        start before the slow one goes: a slow replica still serves, a missing one does not."""
+        """This plan, asking to recycle every replica that ran slow at ``ratio``
+        (:meth:`Observation.slow_replicas`) in the last window and in the one before
+        (``earlier``): one slow window can be a burst of long prompts on that replica, a bad
+        GPU stays slow.  Only on a chain its job keeps with no fewer replicas (a scale-in drops
+        slow replicas first), and only while ``pools`` have room, beside this plan's ladders,
+        for the fresh replica to start before the slow one goes: a slow replica still serves, a
+        missing one does not."""
         room = {p.id: p.capacity_gpus for p in pools}
         for ladder in self.ladders.values():
             for pid, n in ladder.gpus_by_pool().items():

@@ -165,7 +165,7 @@ class Observation:
     TPOT over the window, for the replicas that finished enough requests to say; a source with
     per-replica metrics (one scrape target per engine pod) reports it, others leave it empty.
     A replica far slower than its siblings window after window is a fault of that replica — a
-    bad GPU, a throttled host — not of the chain (:func:`slow_replicas`).
+    bad GPU, a throttled host — not of the chain (:meth:`slow_replicas`).
 
     .. versionchanged:: 0.1
        ``missing`` and ``resolution`` (both empty by default); ``replica_tpot_ms``.
