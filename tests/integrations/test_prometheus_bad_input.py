@@ -268,6 +268,8 @@ def test_rules_map_ranks_to_label_values(stub: StubPrometheus) -> None:
         ({"rules": [{"labels": {"bad-label": "x"}}]}, "not a Prometheus label name"),
         ({"selector": '{namespace="x"}'}, "bare matchers"),
         ({"replica_label": "not a label"}, "replica_label"),
+        ({"min_replica_requests": 0}, "min_replica_requests: must be >= 1"),
+        ({"min_replica_requests": 2.5}, "min_replica_requests: must be an integer"),
     ],
 )
 def test_bad_configuration_names_the_setting(kwargs: dict[str, Any], needle: str) -> None:

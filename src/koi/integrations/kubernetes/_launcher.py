@@ -298,7 +298,8 @@ class KubernetesLauncher:
                     out.setdefault(job, []).append(f"recycled pod {name}" if gone else "")
                 except KubernetesApiError as exc:
                     out.setdefault(job, []).append(f"pod {name} not recycled: {exc}")
-        return {job: "; ".join(n for n in notes if n) for job, notes in out.items()}
+        joined = {job: "; ".join(n for n in notes if n) for job, notes in out.items()}
+        return {job: text for job, text in joined.items() if text}
 
     def _result(self, w: _JobWork, message: str) -> LaunchResult:
         up = [attrs.evolve(r.rank, replicas=r.ready) for r in w.ranks if r.ready > 0]
