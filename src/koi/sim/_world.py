@@ -462,10 +462,10 @@ class World(Serving):
         trial[pid] += len(slow) * chain.gpus
         if self._fits(trial, (pid,)) is not None:
             return 0
-        use[pid] = trial[pid]
         labels = sorted(r.name for r in slow)
         rng = np.random.default_rng([self.seed, stable_seed("recycle", self.tick, *labels)])
         fresh = self._launch(chain, len(slow), rng)  # a failed launch leaves the slow one be
+        use[pid] += len(fresh) * chain.gpus  # what the successors hold beside the old ones
         until = min(
             max((r.ready_s for r in fresh), default=self.now), self.now + self.scenario.tick_s
         )

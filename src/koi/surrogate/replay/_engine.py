@@ -536,7 +536,7 @@ class ReplayEngine:
         # The engine's own TPOT leaves out requests whose first token came from another one.
         multi = (f_out > 1) & (f_first >= np.array(acc.f_entered, dtype=float))
         tpot = (f_end[multi] - f_first[multi]) / (f_out[multi] - 1) * 1e3
-        tpot_replica = np.array(acc.f_rep, dtype=np.int64)[multi]
+        tpot_replica = np.array(acc.f_rep, dtype=float)[multi]
         stats = WindowStats(
             start_s=start,
             end_s=until,
