@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import attrs
 import pytest
 
-from koi.baselines import make_policy
+from koi.baselines import KoiPolicy, make_policy
 from koi.config import KoiConfig
 from koi.errors import InvalidInput, KoiError, KoiWarning
 from koi.planner import Planner
@@ -27,6 +28,7 @@ from koi.types import (
     Ladder,
     Observation,
     Outcome,
+    Plan,
     Quant,
     Rank,
     ServingTarget,
@@ -424,3 +426,48 @@ slow = 2.5
         result = run(sc, make_policy("koi", config=cfg), seed=0, cfg=reliable)
         notes = [t.index for t in result.trace.ticks for e in t.events if "recycled" in e]
         assert notes == ([4] if ratio else []), ratio  # slow in the windows from 10 and 15 min
+
+
+def test_a_service_with_almost_no_traffic_keeps_one_replica() -> None:
+    # One request every 100 s.  koi used to add a replica at almost every tick (every ladder
+    # was short of a required rate floored at 1 token/s, so cost barely counted and the
+    # smallest breach probability decided), taking GPUs a busier job could use.
+    text = """
+[scenario]
+name = "dormant"
+duration_min = 40
+tick_s = 300
+[[pools]]
+cloud = "lab"
+region = "r1"
+market = "on_demand"
+instance_type = "box"
+instances = 6
+gpu = "L4"
+gpus_per_instance = 1
+price_usd_per_h = 0.8
+[[jobs]]
+id = "tiny"
+model = "Llama-3.2-1B"
+class = "online"
+input = { mean = 100, cv = 0.1, max = 200 }
+output = { mean = 5, cv = 0.1, max = 10 }
+arrival = "constant"
+rate_rps = 0.01
+p99_ttft_ms = 100
+p99_tpot_ms = 20
+"""
+    koi = make_policy("koi")
+    assert isinstance(koi, KoiPolicy)
+    asked: list[int] = []
+
+    def decide(snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
+        plan = koi.planner.tick(snapshot, observations).plan
+        asked.append(plan.action("tiny").ladder.gpus)
+        return plan
+
+    reliable = SimConfig(launch=LaunchConfig(fail_prob=0.0, slow_prob=0.0))
+    policy = SimpleNamespace(name="koi", decide=decide)
+    result = run(parse_scenario(text, source="dormant"), policy, seed=0, cfg=reliable)
+    assert asked == [1] * 8
+    assert result.metrics.online_admission > 0.9

@@ -124,6 +124,24 @@ def test_throughput_normalised_by_required_rate() -> None:
     assert g_short[Outcome.THROUGHPUT] > g_ok[Outcome.THROUGHPUT] == 0.0
 
 
+def test_a_service_with_almost_no_traffic_is_not_short_of_it() -> None:
+    # 0.01 requests/s of 5 output tokens: 0.05 tokens/s.  A ladder that serves all of it
+    # misses no throughput, so its cost decides: twice the GPUs scores clearly worse.  With
+    # the required rate floored at 1 token/s every ladder was 95 % short and that shortfall,
+    # the same for all, was the largest gap: twice the GPUs lost only rho times the cost gap,
+    # and koi added replicas each tick for a smaller breach probability.
+    w = WorkloadProfile(LengthDist(100), LengthDist(5), rate_rps=0.01)
+    target = ServingTarget.online(p99_ttft_ms=100, p99_tpot_ms=20)
+    job = Job("tiny", "Llama-3.2-1B", "online", w, target)
+    s = Normalizer.for_job(job, reference_cost_per_mtok=1.0)
+    assert s.required_tok_s == pytest.approx(0.05)
+    one = Outcomes(1.5, 50.0, 10.0, 0.05, 0.5)
+    g = gaps(job, one, ideal_point(job, s), s)
+    assert g[Outcome.THROUGHPUT] == 0.0
+    two = Outcomes(3.0, 50.0, 10.0, 0.05, 0.5)
+    assert score(job, one) - score(job, two) > 0.5
+
+
 def test_batch_required_rate_uses_deadline_slack() -> None:
     job = batch_job(deadline_s=3600.0)
     early = Normalizer.for_job(job, reference_cost_per_mtok=1.0, now_s=0.0)

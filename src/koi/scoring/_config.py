@@ -34,7 +34,8 @@ class ScoringConfig:
         the required rate, a negative SLO margin). ``max_ratio`` caps every normalized gap so an
         infinite predicted latency stays finite. ``batch_ttft_scale_ms`` / ``batch_tpot_scale_ms``
         normalise latencies of batch jobs, which have no latency bound.
-        ``min_required_tok_s`` floors the required throughput.
+        ``min_required_tok_s`` floors the required throughput (far below any service's
+        traffic: a floor above a job's offered rate makes every ladder look short of it).
     Deferral
         ``deferral_gap`` — the gap every objective gets when a job is not served (default: the
         largest gap a served ladder can score, ``max_ratio``, so serving always beats deferring
@@ -57,7 +58,7 @@ class ScoringConfig:
     max_ratio: float = attrs.field(default=100.0, validator=positive)
     batch_ttft_scale_ms: float = attrs.field(default=30_000.0, validator=positive)
     batch_tpot_scale_ms: float = attrs.field(default=200.0, validator=positive)
-    min_required_tok_s: float = attrs.field(default=1.0, validator=positive)
+    min_required_tok_s: float = attrs.field(default=1e-3, validator=positive)
     deferral_gap: float = attrs.field(default=20.0, validator=positive)
     online_deferral_factor: float = attrs.field(default=4.0, validator=positive)
     batch_deferral_factor: float = attrs.field(default=0.5, validator=positive)
