@@ -27,11 +27,11 @@ from koi.baselines import (
     correction_key,
     make_policy,
 )
-from koi.candidates import OutputLengths, observed_rates, with_observed_output
+from koi.candidates import ObservedRates, OutputLengths, observed_rates, with_observed_output
 from koi.catalog import load_catalog
 from koi.sim import build_world
 from koi.surrogate import Surrogate
-from koi.types import ActionKind, ActiveDeployment, ClusterSnapshot, Ladder, Observation
+from koi.types import ActionKind, ActiveDeployment, Chain, ClusterSnapshot, Ladder, Observation
 
 _CAT = load_catalog()
 _JOB = "chat-8b"
@@ -183,6 +183,44 @@ def test_observed_rates_count_the_backlog_of_jobs_that_receive_traffic() -> None
     # Ranks that received nothing (a batch job's) give no rate, whatever they hold queued.
     idle = [attrs.evolve(o, requests=0, completed=0) for o in queued]
     assert _JOB not in observed_rates(idle)
+
+
+def test_a_window_that_moves_a_job_to_other_chains_reads_no_lower_than_the_one_before() -> None:
+    snap, ladder = _running("rolling-milp")
+    (first,) = _window(snap, ladder, rate_x=3.0)
+    moved_chain = Chain(
+        first.chain.model,
+        first.chain.environment,
+        attrs.evolve(first.chain.config, max_batch_size=2 * first.chain.config.max_batch_size),
+    )
+    assert moved_chain != first.chain
+
+    def later(o: Observation, k: int, **change: Any) -> Observation:
+        return attrs.evolve(
+            o, start_s=o.start_s + k * _WINDOW, end_s=o.end_s + k * _WINDOW, **change
+        )
+
+    # The window of the move reports only what the new chain received (the old one is gone).
+    moved = later(first, 1, chain=moved_chain, requests=first.requests // 2)
+    settled = later(first, 2, chain=moved_chain, requests=first.requests // 4)
+
+    def alone(o: Observation) -> float:
+        return observed_rates([o])[_JOB]
+
+    rates = ObservedRates()
+    rates.update([first])
+    assert rates.get(_JOB) == alone(first)
+    rates.update([moved])
+    assert alone(moved) < rates.get(_JOB) == alone(first)
+    # On the same chains the rate follows the window, down as well as up.
+    rates.update([settled])
+    assert rates.get(_JOB) == alone(settled)
+    # A move after a gap in the job's telemetry is read as it is.
+    fresh = ObservedRates()
+    fresh.update([first])
+    gap = later(first, 2, chain=moved_chain, requests=first.requests // 2)
+    fresh.update([gap])
+    assert fresh.get(_JOB) == alone(gap)
 
 
 def test_output_lengths_need_three_windows_and_only_raise_the_declaration() -> None:

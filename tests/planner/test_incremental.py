@@ -53,7 +53,7 @@ class _Twin:
         cold.state = self.warm.state
         # The observed rates outlive a tick (a job may miss a window's telemetry), and so does
         # what each running job was last reviewed on (which jobs a tick only re-checks).
-        cold._observed_rates = dict(self.warm._observed_rates)
+        cold._observed_rates = copy.deepcopy(self.warm._observed_rates)
         cold._output_lengths = copy.deepcopy(self.warm._output_lengths)
         cold._reviews = dict(self.warm._reviews)
         from_scratch = cold.tick(snapshot, observations).plan
@@ -91,7 +91,7 @@ class _Replanner(_Twin):
         plan = super().decide(snapshot, observations)
         cold = Planner()
         cold.state = self.warm.state
-        cold._observed_rates = dict(self.warm._observed_rates)
+        cold._observed_rates = copy.deepcopy(self.warm._observed_rates)
         cold._output_lengths = copy.deepcopy(self.warm._output_lengths)
         cold._reviews = dict(self.warm._reviews)  # what each job was last reviewed on
         cold._progress = dict(self.warm._progress)

@@ -21,12 +21,12 @@ import attrs
 
 from koi.candidates import (
     CandidateGenerator,
+    ObservedRates,
     OutputLengths,
     ProposalContext,
     ProposerConfig,
     SizedOption,
     fits_shape,
-    observed_rates,
     place,
     risk_price,
     with_observed,
@@ -195,7 +195,7 @@ class Toolkit:
     generator: CandidateGenerator = attrs.field(init=False)
     calls: int = 0
     drift_tolerance: float = DRIFT_TOLERANCE
-    observed_rps: dict[str, float] = attrs.field(factory=dict)
+    observed_rps: ObservedRates = attrs.field(factory=ObservedRates)
     output_lengths: OutputLengths = attrs.field(factory=OutputLengths)
     corrections: Callable[[Chain], RankCorrection] | None = None
 
@@ -213,7 +213,7 @@ class Toolkit:
         """Record the window's request rates and output lengths; the snapshot with every
         online job planned for what it was observed to carry (koi's drift rules,
         :func:`koi.candidates.with_observed`)."""
-        self.observed_rps.update(observed_rates(observations))
+        self.observed_rps.update(observations)
         self.output_lengths.update(observations)
         jobs = [
             with_observed(

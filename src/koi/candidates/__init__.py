@@ -45,6 +45,7 @@ from koi.candidates._screen import (
 )
 from koi.candidates._sizing import (
     RATE_STEP,
+    ObservedRates,
     OutputLengths,
     observed_rates,
     replicas_for,
@@ -61,6 +62,7 @@ __all__ = [
     "CandidateGenerator",
     "Corrections",
     "Focus",
+    "ObservedRates",
     "Option",
     "OutputLengths",
     "ProposalContext",

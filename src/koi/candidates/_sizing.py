@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import attrs
 
@@ -13,6 +13,7 @@ from koi.types import Job, Mediator, Observation, Outcome
 
 __all__ = [
     "RATE_STEP",
+    "ObservedRates",
     "OutputLengths",
     "observed_rates",
     "replicas_for",
@@ -83,6 +84,49 @@ def with_observed(
     :func:`with_observed_output`).  koi's planner and every surrogate baseline apply it."""
     job = with_observed_rate(job, observed_rps, tolerance=tolerance)
     return with_observed_output(job, observed_tokens, tolerance=tolerance)
+
+
+@attrs.define
+class ObservedRates:
+    """Each job's :func:`observed_rates` as its telemetry goes, held over a change of chains.
+
+    A job that moves to other chains is served, in the window of the move, by the chains it
+    leaves until the new ones are up, and a replaced chain reports nothing once it is gone: the
+    window's observations count only what the new chains received.  So in a window whose
+    chains differ from those of the window before it, the rate is at least the one before.
+    Without this, on a one-hour fleet a service whose traffic rose tenfold read 30 requests a
+    second, then 25 in the window of its move to a ladder sized for it (the old chain's share
+    unreported), was scaled in for 25 and fell behind its 30 in the next window.
+    """
+
+    backlog_drain: float = 1.0
+    _rates: dict[str, float] = attrs.field(factory=dict)
+    # Each job's chains and the end of its last observed window.
+    _seen: dict[str, tuple[frozenset[object], float]] = attrs.field(factory=dict)
+
+    @property
+    def rates(self) -> Mapping[str, float]:
+        """Requests per second by job id (jobs whose ranks received any, ever)."""
+        return self._rates
+
+    def get(self, job_id: str) -> float | None:
+        return self._rates.get(job_id)
+
+    def update(self, observations: Sequence[Observation]) -> None:
+        """Add one window's observations."""
+        chains: dict[str, set[object]] = {}
+        window: dict[str, tuple[float, float]] = {}
+        for o in observations:
+            chains.setdefault(o.job_id, set()).add(o.chain)
+            lo, hi = window.get(o.job_id, (o.start_s, o.end_s))
+            window[o.job_id] = (min(lo, o.start_s), max(hi, o.end_s))
+        for job_id, rate in observed_rates(observations, self.backlog_drain).items():
+            seen = self._seen.get(job_id)
+            if seen is not None and seen[1] == window[job_id][0] and seen[0] != chains[job_id]:
+                rate = max(rate, self._rates.get(job_id, 0.0))
+            self._rates[job_id] = rate
+        for job_id, (_, end) in window.items():
+            self._seen[job_id] = (frozenset(chains[job_id]), end)
 
 
 @attrs.define

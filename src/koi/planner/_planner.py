@@ -37,8 +37,8 @@ from koi.beliefs import EdgeKey, Stratum
 from koi.calibration import CalibrationState
 from koi.candidates import (
     CandidateGenerator,
+    ObservedRates,
     OutputLengths,
-    observed_rates,
     with_observed,
 )
 from koi.catalog import Catalog, load_catalog
@@ -167,7 +167,7 @@ class Planner:
         self._exercised: dict[Ladder, frozenset[tuple[EdgeKey, Stratum]]] = {}
         self._corrections = SharedCorrections()  # per chain, for every job, across ticks
         self._evaluations = EvaluationMemo()  # per job and candidate, while nothing changed
-        self._observed_rates: dict[str, float] = {}
+        self._observed_rates = ObservedRates(self.config.planner.backlog_drain)
         self._output_lengths = OutputLengths()
         self._progress: dict[str, Progress] = {}  # batch progress at the last tick
         self._struggling: frozenset[str] = frozenset()  # jobs telemetry shows near their bounds
@@ -255,7 +255,7 @@ class Planner:
             watch.lap("S1_telemetry")
             state, learned = self._learn(state, snapshot, obs, errors)  # S2 + S3
             watch.lap("S2_S3_learn")
-            self._observed_rates.update(observed_rates(obs, self.config.planner.backlog_drain))
+            self._observed_rates.update(obs)
             self._output_lengths.update(obs)
             self._struggling = struggling(obs, snapshot.jobs, self.config.proposer.risk_margin)
             deadline.check("learning")
@@ -405,7 +405,7 @@ class Planner:
             every=cfg.planner.review_every,
             tau=cfg.planner.tau,
             tolerance=cfg.planner.drift_tolerance,
-            rates=self._observed_rates,
+            rates=self._observed_rates.rates,
             unsettled=failing,
             shrunk_pools=over,
         )
@@ -450,7 +450,7 @@ class Planner:
         )
         if not deadline.passed:  # proposals cut short reviewed only some jobs: none count
             self._reviews = reviewed(
-                self._reviews, running, snapshot, settled=settled, rates=self._observed_rates
+                self._reviews, running, snapshot, settled=settled, rates=self._observed_rates.rates
             )
         watch.lap("S4_S5_propose_evaluate")
         if not deadline.passed:
