@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 
 from koi.candidates._config import ProposerConfig
-from koi.types import Job, Mediator, Observation, Outcome
+from koi.types import Chain, Job, Mediator, Observation, Outcome
 
 __all__ = [
     "RATE_STEP",
@@ -96,13 +96,14 @@ class ObservedRates:
     chains differ from those of the window before it, the rate is at least the one before.
     Without this, on a one-hour fleet a service whose traffic rose tenfold read 30 requests a
     second, then 25 in the window of its move to a ladder sized for it (the old chain's share
-    unreported), was scaled in for 25 and fell behind its 30 in the next window.
+    unreported), and was re-sized for 25.  A window after a gap in the job's telemetry is read
+    as it is.
     """
 
     backlog_drain: float = 1.0
     _rates: dict[str, float] = attrs.field(factory=dict)
     # Each job's chains and the end of its last observed window.
-    _seen: dict[str, tuple[frozenset[object], float]] = attrs.field(factory=dict)
+    _seen: dict[str, tuple[frozenset[Chain], float]] = attrs.field(factory=dict)
 
     @property
     def rates(self) -> Mapping[str, float]:
@@ -114,7 +115,7 @@ class ObservedRates:
 
     def update(self, observations: Sequence[Observation]) -> None:
         """Add one window's observations."""
-        chains: dict[str, set[object]] = {}
+        chains: dict[str, set[Chain]] = {}
         window: dict[str, tuple[float, float]] = {}
         for o in observations:
             chains.setdefault(o.job_id, set()).add(o.chain)
