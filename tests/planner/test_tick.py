@@ -15,7 +15,7 @@ from koi.planner import Planner
 from koi.planner._corrections import DECODE_TIME, correction_fn
 from koi.plugins import hookimpl
 from koi.scoring import ScoringConfig
-from koi.sim import LaunchConfig, SimConfig, parse_scenario, run
+from koi.sim import LaunchConfig, Scenario, SimConfig, parse_scenario, run
 from koi.surrogate import RankCorrection
 from koi.testing.fakes import example_snapshot
 from koi.types import (
@@ -389,10 +389,15 @@ def test_a_finished_batch_job_still_deployed_is_stopped_and_the_rest_planned() -
     assert result.plan.action("chat").kind is not ActionKind.DEFER
 
 
-def test_a_replica_slow_two_windows_running_is_recycled_not_sized_for() -> None:
-    text = """
+# Launches that neither fail nor run slow: the scenario's own events are the only surprise.
+_RELIABLE = SimConfig(launch=LaunchConfig(fail_prob=0.0, slow_prob=0.0))
+
+
+def _lab(name: str, jobs: str, *, gpu: str, instances: int, price: float) -> Scenario:
+    """A 40-minute scenario on one on-demand pool of single-GPU boxes."""
+    text = f"""
 [scenario]
-name = "straggler"
+name = "{name}"
 duration_min = 40
 tick_s = 300
 [[pools]]
@@ -400,10 +405,16 @@ cloud = "lab"
 region = "r1"
 market = "on_demand"
 instance_type = "box"
-instances = 8
-gpu = "H100-SXM"
+instances = {instances}
+gpu = "{gpu}"
 gpus_per_instance = 1
-price_usd_per_h = 4.0
+price_usd_per_h = {price}
+"""
+    return parse_scenario(text + jobs, source=name)
+
+
+def test_a_replica_slow_two_windows_running_is_recycled_not_sized_for() -> None:
+    jobs = """
 [[jobs]]
 id = "chat"
 model = "Llama-3.1-8B"
@@ -419,11 +430,10 @@ kind = "degrade"
 job = "chat"
 slow = 2.5
 """
-    reliable = SimConfig(launch=LaunchConfig(fail_prob=0.0, slow_prob=0.0))
-    sc = parse_scenario(text, source="straggler")
+    sc = _lab("straggler", jobs, gpu="H100-SXM", instances=8, price=4.0)
     for ratio in (1.5, None):
         cfg = KoiConfig(planner=attrs.evolve(KoiConfig().planner, slow_replica_ratio=ratio))
-        result = run(sc, make_policy("koi", config=cfg), seed=0, cfg=reliable)
+        result = run(sc, make_policy("koi", config=cfg), seed=0, cfg=_RELIABLE)
         notes = [t.index for t in result.trace.ticks for e in t.events if "recycled" in e]
         assert notes == ([4] if ratio else []), ratio  # slow in the windows from 10 and 15 min
 
@@ -432,20 +442,7 @@ def test_a_service_with_almost_no_traffic_keeps_one_replica() -> None:
     # One request every 100 s.  koi used to add a replica at almost every tick (every ladder
     # was short of a required rate floored at 1 token/s, so cost barely counted and the
     # smallest breach probability decided), taking GPUs a busier job could use.
-    text = """
-[scenario]
-name = "dormant"
-duration_min = 40
-tick_s = 300
-[[pools]]
-cloud = "lab"
-region = "r1"
-market = "on_demand"
-instance_type = "box"
-instances = 6
-gpu = "L4"
-gpus_per_instance = 1
-price_usd_per_h = 0.8
+    jobs = """
 [[jobs]]
 id = "tiny"
 model = "Llama-3.2-1B"
@@ -466,8 +463,8 @@ p99_tpot_ms = 20
         asked.append(plan.action("tiny").ladder.gpus)
         return plan
 
-    reliable = SimConfig(launch=LaunchConfig(fail_prob=0.0, slow_prob=0.0))
     policy = SimpleNamespace(name="koi", decide=decide)
-    result = run(parse_scenario(text, source="dormant"), policy, seed=0, cfg=reliable)
+    sc = _lab("dormant", jobs, gpu="L4", instances=6, price=0.8)
+    result = run(sc, policy, seed=0, cfg=_RELIABLE)
     assert asked == [1] * 8
     assert result.metrics.online_admission > 0.9
