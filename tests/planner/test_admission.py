@@ -181,8 +181,11 @@ def test_best_effort_prefers_the_ladder_that_keeps_up_with_the_traffic() -> None
 
     admit([job], {job.id: mine}, evaluator=evaluator, generator=_NoProposals(SURROGATE), cfg=cfg)
     offered = [ev for ev in mine.values() if ev.candidate is not None and ev.candidate.best_effort]
-    assert [ev.report.ladder for ev in offered] == [four]
-    assert mine[Ladder()].report.value < offered[0].report.value
+    best = max(offered, key=lambda ev: ev.report.value)
+    assert best.report.ladder == four
+    # Its smaller fallbacks (three, two, one replica) join, each worth less than it.
+    assert sorted(ev.report.ladder.replicas for ev in offered) == [1, 2, 3, 4]
+    assert mine[Ladder()].report.value < min(ev.report.value for ev in offered)
 
 
 def test_a_hopeless_job_is_served_where_it_keeps_up_with_its_traffic() -> None:
@@ -221,6 +224,24 @@ def test_a_hopeless_job_is_served_where_it_keeps_up_with_its_traffic() -> None:
     assert on_h100
     assert all(capacity(c.ladder) < need for c in on_h100)
     assert min(c.breach_probability for c in on_h100) < chosen.breach_probability
+
+
+def test_a_newcomer_is_served_on_what_the_jobs_within_their_targets_leave() -> None:
+    # Eight free L40S.  "hot" (120 req/s, a 1 ms TTFT bound) is hopeless and its best-effort
+    # ladders are sized on all eight; "ok" (priority 1) is served within its target on two of
+    # them first.  Without smaller fallbacks none of hot's ladders fit what ok leaves, and hot
+    # was refused; now it is served on a smaller ladder.
+    hot = _online("hot", ttft_ms=1.0, rate_rps=120.0)
+    ok = _online("ok", priority=1, rate_rps=40.0)
+    snapshot = ClusterSnapshot(600.0, [hot, ok], [Pool(ENV, 8)], [])
+    result = _planner().tick(snapshot, launch=False)
+    assert _risk(result, "hot") is Verdict.HOPELESS
+    served, within = result.plan.action("hot"), result.plan.action("ok")
+    assert within.kind is ActionKind.PLACE
+    assert served.kind is ActionKind.PLACE
+    assert 0 < served.ladder.gpus <= 8 - within.ladder.gpus
+    offered = [c.ladder.gpus for c in result.candidates_for("hot") if "best-effort" in c.sources]
+    assert max(offered) == 8
 
 
 def test_refuse_policy_defers_a_hopeless_job() -> None:

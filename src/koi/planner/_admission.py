@@ -32,7 +32,9 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    A hopeless job that nothing free serves in full is also offered the ladders that carry
    all of its traffic on free GPUs plus the donors' spare, and the donors their scale-ins.
    Refusing an online job is then worth ``refusal_margin`` less than the worst of them; a
-   batch job's deferral keeps its price, the deadline slack (waiting is no outage).
+   batch job's deferral keeps its price, the deadline slack (waiting is no outage).  A
+   pending job's first pick also comes smaller, so that it is still served when stage one of
+   the selection takes some of the free GPUs it counted on.
 
    With ``spread_best_effort`` best effort is elastic: when no ladder on what is free carries
    all of a job's demand, ladders spread over several GPU types join them (:func:`_spreads`);
@@ -578,7 +580,8 @@ def _best_effort(
 
     With ``room`` (a hopeless job) and nothing free that carries all of its traffic, ladders
     that do carry it on what donors can spare join them (:func:`_effort_room`), and the
-    donors' scale-ins are offered."""
+    donors' scale-ins are offered.  A pending job's first pick also comes smaller
+    (:func:`_fallbacks`), so that it is served on what stage one of the selection leaves."""
     limit = cfg.planner.best_effort_candidates
     if limit == 0:
         return
@@ -619,6 +622,8 @@ def _best_effort(
     running = job.id in snapshot.current_ladders  # its keep was replayed (S5)
     picked = []
     offered = effort_picks(rejected, limit, None if keep is None else keep.report)
+    if offered and not running:
+        offered += _fallbacks(job, offered, mine, evaluator)
     for served, ev in [*offered, *spreads]:
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
@@ -648,6 +653,28 @@ def _best_effort(
         mine[Ladder()] = _revalued(defer, value)
 
 
+def _fallbacks(
+    job: Job,
+    offered: Sequence[tuple[float, Evaluated]],
+    mine: dict[Ladder, Evaluated],
+    evaluator: Evaluator,
+) -> list[tuple[float, Evaluated]]:
+    """A pending job's best best-effort ladder made smaller (:func:`_smaller`), those C3
+    rejected and not offered already, as ``(served, evaluation)`` pairs."""
+    have = {ev.report.ladder for _, ev in offered}
+    out = []
+    for n, ladder in enumerate(_smaller(offered[0][1].report.ladder)):
+        if ladder in have:
+            continue
+        ev = mine.get(ladder)
+        if ev is None:
+            ev = evaluator.evaluate(job, ladder, key=f"smaller{n}", sources=(BEST_EFFORT,))
+            mine[ladder] = ev
+        if ev.candidate is None and ev.report.rejected.startswith("C3"):
+            out.append((served_fraction(job, ev, evaluator), ev))
+    return out
+
+
 def _effort_value(
     job: Job, ev: Evaluated, evaluator: Evaluator, served: float | None = None
 ) -> float:
@@ -660,6 +687,24 @@ def _effort_value(
     if served >= 1.0 or not planner.spread_best_effort:
         return ev.report.value - planner.refusal_margin * (1.0 - served)
     return evaluator.saturated_value(job, ev, served)
+
+
+def _smaller(ladder: Ladder) -> list[Ladder]:
+    """``ladder`` with a quarter of its replicas fewer each time, down to one (several ranks:
+    its prefixes, longest first): fallbacks for when the jobs planned within their targets
+    take some of the free GPUs it counted on — a switch holds its old and its new GPUs while
+    it runs — since serving part of the traffic beats refusing all of it."""
+    if len(ladder.ranks) > 1:
+        return [Ladder(ladder.ranks[:k]) for k in range(len(ladder.ranks) - 1, 0, -1)]
+    if not ladder.ranks:
+        return []
+    (rank,) = ladder.ranks
+    out = []
+    n = rank.replicas
+    while n > 1:
+        n = min(n - 1, n * 3 // 4)
+        out.append(Ladder((Rank(rank.chain, n),)))
+    return out
 
 
 def _spreads(ranked: Sequence[tuple[float, Evaluated]], free: Mapping[str, int]) -> list[Ladder]:
