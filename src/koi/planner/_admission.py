@@ -581,7 +581,7 @@ def _best_effort(
     With ``room`` (a hopeless job) and nothing free that carries all of its traffic, ladders
     that do carry it on what donors can spare join them (:func:`_effort_room`), and the
     donors' scale-ins are offered.  A pending job's first pick also comes smaller
-    (:func:`_fallbacks`), so that it is served on what stage one of the selection leaves."""
+    (:func:`_smaller`), so that it is served on what stage one of the selection leaves."""
     limit = cfg.planner.best_effort_candidates
     if limit == 0:
         return
@@ -605,13 +605,7 @@ def _best_effort(
     ]
     spreads = []
     if cfg.planner.spread_best_effort and rejected and all(s < 1.0 for s, _ in rejected):
-        for n, spread in enumerate(_spreads(rejected, free)):
-            ev = mine.get(spread)
-            if ev is None:
-                ev = evaluator.evaluate(job, spread, key=f"spread{n}", sources=(BEST_EFFORT,))
-                mine[spread] = ev
-            if ev.candidate is None and ev.report.rejected.startswith("C3"):
-                spreads.append((served_fraction(job, ev, evaluator), ev))
+        spreads = _c3_rejected(job, _spreads(rejected, free), mine, evaluator, "spread")
     if room is not None and all(served < 1.0 for served, _ in rejected):
         rejected += _effort_room(job, mine, room, free, evaluator, generator, cfg)
     rejected.sort(key=lambda se: (-se[0], se[1].report.breach_probability, -se[1].report.value))
@@ -622,8 +616,10 @@ def _best_effort(
     running = job.id in snapshot.current_ladders  # its keep was replayed (S5)
     picked = []
     offered = effort_picks(rejected, limit, None if keep is None else keep.report)
-    if offered and not running:
-        offered += _fallbacks(job, offered, mine, evaluator)
+    if offered and not running:  # a pending job's first pick, smaller (:func:`_smaller`)
+        have = {ev.report.ladder for _, ev in offered}
+        smaller = _smaller(offered[0][1].report.ladder)
+        offered += _c3_rejected(job, smaller, mine, evaluator, "smaller", skip=have)
     for served, ev in [*offered, *spreads]:
         r = ev.report
         sources = r.sources if BEST_EFFORT in r.sources else (*r.sources, BEST_EFFORT)
@@ -653,22 +649,24 @@ def _best_effort(
         mine[Ladder()] = _revalued(defer, value)
 
 
-def _fallbacks(
+def _c3_rejected(
     job: Job,
-    offered: Sequence[tuple[float, Evaluated]],
+    ladders: Sequence[Ladder],
     mine: dict[Ladder, Evaluated],
     evaluator: Evaluator,
+    tag: str,
+    *,
+    skip: Collection[Ladder] = (),
 ) -> list[tuple[float, Evaluated]]:
-    """A pending job's best best-effort ladder made smaller (:func:`_smaller`), those C3
-    rejected and not offered already, as ``(served, evaluation)`` pairs."""
-    have = {ev.report.ladder for _, ev in offered}
+    """``ladders`` (but ``skip``) evaluated once, kept in ``mine``; those C3 rejected as
+    ``(served, evaluation)`` pairs, best-effort options."""
     out = []
-    for n, ladder in enumerate(_smaller(offered[0][1].report.ladder)):
-        if ladder in have:
+    for n, ladder in enumerate(ladders):
+        if ladder in skip:
             continue
         ev = mine.get(ladder)
         if ev is None:
-            ev = evaluator.evaluate(job, ladder, key=f"smaller{n}", sources=(BEST_EFFORT,))
+            ev = evaluator.evaluate(job, ladder, key=f"{tag}{n}", sources=(BEST_EFFORT,))
             mine[ladder] = ev
         if ev.candidate is None and ev.report.rejected.startswith("C3"):
             out.append((served_fraction(job, ev, evaluator), ev))
