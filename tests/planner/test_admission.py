@@ -10,8 +10,8 @@ import pytest
 from koi.candidates import CandidateGenerator, ProposalContext
 from koi.config import KoiConfig
 from koi.planner import Planner, TickResult
-from koi.planner._admission import admit, effort_picks, served_fraction, struggling
-from koi.planner._evaluate import Evaluator
+from koi.planner._admission import _Spare, admit, effort_picks, served_fraction, struggling
+from koi.planner._evaluate import Evaluated, Evaluator
 from koi.planner._progress import Progress, late_batch_jobs, work_time_s
 from koi.planner._report import Verdict
 from koi.planner._safety import repairs_only
@@ -242,6 +242,37 @@ def test_a_newcomer_is_served_on_what_the_jobs_within_their_targets_leave() -> N
     assert 0 < served.ladder.gpus <= 8 - within.ladder.gpus
     offered = [c.ladder.gpus for c in result.candidates_for("hot") if "best-effort" in c.sources]
     assert max(offered) == 8
+
+
+class _ReplayRejects:
+    """An evaluator whose replayed predictions all breach: the closed form and the replay
+    disagree on every ladder."""
+
+    def __init__(self, inner: Evaluator) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def evaluate(self, job: Job, ladder: Ladder, **kw: object) -> Evaluated:
+        ev = self._inner.evaluate(job, ladder, **kw)  # type: ignore[arg-type]
+        if not kw.get("replay"):
+            return ev
+        return attrs.evolve(ev, candidate=None, report=attrs.evolve(ev.report, rejected="C3"))
+
+
+def test_a_donor_spares_only_what_its_offered_scale_in_keeps_within_target() -> None:
+    # A donor's spare is room a newcomer's ladder counts on; the scale-in that frees it is
+    # offered replayed.  Where the replay rejects what the closed form passed, the donor
+    # spares nothing: a spare no offered candidate frees left the newcomer's ladder
+    # infeasible and the newcomer refused.
+    old = _online("old")
+    held = Ladder((Rank(CHAIN, 8),))
+    snapshot = ClusterSnapshot(600.0, [old], [Pool(ENV, 8)], [ActiveDeployment("old", held)])
+    evaluator = _effort_evaluator(old, snapshot, KoiConfig())
+    assert _Spare(evaluator, {"old": {}}).of(old, held) == {0: 7}
+    strict = _ReplayRejects(evaluator)
+    assert _Spare(strict, {"old": {}}).of(old, held) == {}  # type: ignore[arg-type]
 
 
 def test_refuse_policy_defers_a_hopeless_job() -> None:

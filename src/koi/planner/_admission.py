@@ -9,7 +9,8 @@ running job whose keep ladder is past the bound counts).  For a stuck job:
    meet the job's target: it is *hopeless*.  Otherwise it is blocked by *capacity*.
 2. **Make room** (capacity).  Every running job of no higher priority says how many replicas
    each of its ranks could give up while still passing C3 and staying clear of its bounds by
-   the proposer's risk margin (its *spare*, found by bisection on the scale-in); a batch job
+   the proposer's risk margin (its *spare*, found by bisection on the scale-in and checked on
+   the scale-in as it is offered, replayed); a batch job
    with at least the urgency horizon of deadline slack whose predicted work fits in half the
    time left, or an online job that accepts refusal, can give everything (its stop candidate
    is the move).  The
@@ -48,9 +49,10 @@ same evaluations and proposal context, and splitting them would pass that state 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, MutableMapping, Sequence
 
 import attrs
 
@@ -142,6 +144,19 @@ def _order(jobs: Iterable[Job]) -> list[Job]:
     return sorted(jobs, key=lambda j: (-j.priority, j.arrival_s, j.id))
 
 
+def _most(hi: int, fits: Callable[[int], bool]) -> int:
+    """The largest ``k`` in ``[0, hi]`` with ``fits(k)``, by bisection (``fits`` is monotone:
+    fewer replicas given up is never riskier; 0 always fits)."""
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def _scaled_in(ladder: Ladder, index: int, k: int) -> Ladder:
     ranks = list(ladder.ranks)
     r = ranks[index]
@@ -172,6 +187,7 @@ class _Spare:
         self.yielding = yielding
         self._spare: dict[str, dict[int, int]] = {}
         self._shrunk: dict[tuple[str, int, int], Evaluated] = {}
+        self._replayed: dict[tuple[str, int, int], Evaluated] = {}
 
     def _evaluate(self, job: Job, current: Ladder, index: int, k: int) -> Evaluated:
         key = (job.id, index, k)
@@ -182,6 +198,17 @@ class _Spare:
             if hit is None or (job.id in self.yielding and hit.candidate is None):
                 hit = self._room(job, ladder, key=f"room{len(self._shrunk)}", sources=(MAKE_ROOM,))
             self._shrunk[key] = hit
+        return hit
+
+    def _offered(self, job: Job, current: Ladder, index: int, k: int) -> Evaluated:
+        """The scale-in as :meth:`offer` puts it on the donor's list: replayed, as its keep
+        was (S5)."""
+        key = (job.id, index, k)
+        hit = self._replayed.get(key)
+        if hit is None:
+            r = self._evaluate(job, current, index, k).report
+            hit = self._room(job, r.ladder, key=r.key, sources=r.sources, replay=True)
+            self._replayed[key] = hit
         return hit
 
     def _room(
@@ -219,17 +246,28 @@ class _Spare:
             return out
         for i, r in enumerate(current.ranks):
             hi = r.replicas if len(current.ranks) > 1 else r.replicas - 1
-            lo = 0
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if self._within_target(job, self._evaluate(job, current, i, mid)):
-                    lo = mid
-                else:
-                    hi = mid - 1
+            lo = _most(hi, functools.partial(self._fits, self._evaluate, job, current, i))
+            # The scale-in offered is the replayed one: a spare only the closed form vouches
+            # for is room a newcomer's ladder counts on and no donor candidate frees.
+            offered = functools.partial(self._fits, self._offered, job, current, i)
+            if lo > 0 and not offered(lo):
+                lo = _most(lo - 1, offered)
             if lo > 0:
                 out[i] = lo
         self._spare[job.id] = out
         return out
+
+    def _fits(
+        self,
+        evaluate: Callable[[Job, Ladder, int, int], Evaluated],
+        job: Job,
+        current: Ladder,
+        index: int,
+        k: int,
+    ) -> bool:
+        """Whether giving up ``k`` replicas of rank ``index`` leaves the donor within its
+        target, as ``evaluate`` (the closed form, or the scale-in as offered) predicts it."""
+        return self._within_target(job, evaluate(job, current, index, k))
 
     def _pausable(self, job: Job) -> bool:
         """A job that may be stopped to make room: a batch job whose deadline slack (at the
@@ -272,7 +310,7 @@ class _Spare:
                 continue
             # Replayed, as its keep was (S5); a yielding job's own rejected ladder is replaced.
             r = shrunk.report
-            ev = self._room(job, r.ladder, key=r.key, sources=r.sources, replay=True)
+            ev = self._offered(job, current, index, k)
             if ev.candidate is None:
                 mine[r.ladder] = ev
                 continue
