@@ -62,7 +62,8 @@ class PlannerConfig:
     GPUs that jobs of no higher priority could release within their own targets, together
     with those jobs' smaller ladders; a job whose policy is ``serve_best_effort`` also gets its
     ``best_effort_candidates`` ladders on free capacity that carry most of its traffic (then
-    the least risky), each worth ``refusal_margin`` times the share it drops less, and
+    the least risky), each worth ``refusal_margin`` times the share it drops less (a pending
+    job's first also in smaller sizes, for what the jobs within their targets leave), and
     deferring an online job is worth ``refusal_margin`` less than the worst of them (a batch
     job's deferral keeps its deadline-slack price).
     ``spread_best_effort`` (off by default: it serves more jobs and scores lower, see
