@@ -26,8 +26,10 @@ from koi.types import (
     Chain,
     Config,
     Job,
+    Ladder,
     LengthDist,
     Quant,
+    Rank,
     ServingTarget,
     WorkloadProfile,
 )
@@ -170,3 +172,28 @@ def test_steps_at_least_m_times_as_long_carry_at_most_one_mth() -> None:
                 assert got <= base / min(prefill, decode) * 1.0001, (chain, corr)
                 asked += 1
     assert asked > 600
+
+
+def test_a_saturated_rank_waits_less_with_more_replicas() -> None:
+    """Past saturation the p99 TTFT is the backlog's age after a horizon; that horizon is the
+    same for every size of the rank, so more replicas (a smaller ρ) mean a shorter wait.  It was
+    the horizon of the replicas a replay runs (at most two), stretched as their share of the
+    traffic fell: sixteen L40S replicas of 20K-token summaries were predicted to wait 3.2 times
+    as long as one, and koi shrank hopeless services toward nothing (hetero-3h)."""
+    sur = Surrogate(gpus(), models())
+    job = Job(
+        "summ",
+        "Qwen3-32B",
+        "online",
+        WorkloadProfile(LengthDist(20_000, 0.3, 32_000), LengthDist(500, 0.4, 2048), rate_rps=1.8),
+        ServingTarget.online(p99_ttft_ms=10_000.0, p99_tpot_ms=100.0),
+    )
+    chain = Chain("Qwen3-32B", L40S_NODE, Config(tp=2, quant=Quant.FP8))
+    for predict in (sur.screen, sur.predict):
+        waits = []
+        for n in (1, 2, 3, 4, 8, 16):
+            pred = predict(job, Ladder((Rank(chain, n),)), now_s=0.0)
+            assert pred.ranks[0].capacity_tok_s < 1.8 * 500  # every size saturated
+            waits.append(pred.outcomes.p99_ttft_ms)
+        assert waits == sorted(waits, reverse=True)
+        assert waits[-1] < 0.7 * waits[0]

@@ -32,6 +32,7 @@ __all__ = [
     "RankLoad",
     "Saturation",
     "ServingEstimate",
+    "backlog_over",
     "capacity_tok_s",
     "estimate_closed_loop",
     "estimate_open_loop",
@@ -431,6 +432,22 @@ def _ttft(mix: _Mix, q_wait: float) -> tuple[float, float]:
     u = min(mix.p, 0.98)
     wait = service * u / (2.0 * (1.0 - u)) + q_wait
     return service + 0.5 * mix.mean_s + wait, wait
+
+
+def backlog_over(
+    est: ServingEstimate, offered_tok_s: float, ran_s: float, horizon_s: float
+) -> ServingEstimate:
+    """``est`` of a replica offered ``offered_tok_s`` and run for ``ran_s``, with its backlog
+    grown over ``horizon_s`` instead: past saturation the p50 / p99 TTFT carry half / 0.99 of
+    the queue's age, ``(1 - 1/ρ)`` times the time it grew (as :func:`estimate_open_loop`)."""
+    rho = offered_tok_s / est.capacity_tok_s if est.capacity_tok_s > 0 else math.inf
+    if rho <= 1.0 or ran_s == horizon_s or not math.isfinite(rho):
+        return est
+    shift_ms = (1.0 - 1.0 / rho) * (ran_s - horizon_s) * 1e3
+    p50 = max(est.p50_ttft_ms - 0.5 * shift_ms, 0.0)
+    return attrs.evolve(
+        est, p50_ttft_ms=p50, p99_ttft_ms=max(est.p99_ttft_ms - 0.99 * shift_ms, p50)
+    )
 
 
 def estimate_open_loop(

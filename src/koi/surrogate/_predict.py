@@ -20,6 +20,7 @@ from koi.surrogate._analytic import (
     RankLoad,
     Saturation,
     ServingEstimate,
+    backlog_over,
     estimate_closed_loop,
     estimate_open_loop,
     quantile,
@@ -642,6 +643,12 @@ class Surrogate:
             load, rkey = self._with_hit(r, hit)
             key: tuple[Any, ...]
             m = min(r.rank.replicas, cfg.replay_max_replicas)  # replicas a replay runs
+            # Past saturation the p99 TTFT is the queue's age after a horizon, the one a replay
+            # of the job's whole traffic runs: the same for every rank and ladder of the job, so
+            # that more capacity means a younger backlog (with the horizon of the ``m``
+            # replicas replayed, a smaller ladder was predicted a shorter wait, and hopeless
+            # jobs were shrunk).
+            horizon = replay_horizon(rate, cfg)
             if replay:
                 key = (rkey, "open", m, routing, per_replica, w.arrival, w.gamma_cv)
                 run = partial(
@@ -657,16 +664,9 @@ class Surrogate:
                     sat=self._saturation(rkey, load),
                 )
             else:
-                # Past saturation the p99 TTFT is the queue's age after the horizon: the one
-                # the replay of this rank would run, so that an overloaded ladder the screen
-                # keeps is not judged over a shorter backlog than a replayed one.
-                key = (rkey, "open-screen", per_replica, m)
+                key = (rkey, "open-screen", per_replica, horizon)
                 run = partial(
-                    estimate_open_loop,
-                    load,
-                    per_replica,
-                    replay_horizon(per_replica * m, cfg),
-                    sat=self._saturation(rkey, load),
+                    estimate_open_loop, load, per_replica, horizon, sat=self._saturation(rkey, load)
                 )
             if served is not None:
                 # A memoized estimate's throughput, or the same arithmetic without latencies.
@@ -680,6 +680,9 @@ class Surrogate:
                 served.append(exact if util < 0.9 else tok)
                 continue
             est = self._memo(key, run)
+            if replay:  # the replay ran the horizon of its ``m`` replicas' traffic
+                ran = replay_horizon(per_replica * m, cfg)
+                est = backlog_over(est, per_replica * w.output_len.mean, ran, horizon)
             if est.utilization < 0.9:
                 # The bucketed rate only shapes the latencies; below saturation the served
                 # throughput is exactly the rank's share of the offered tokens.
