@@ -142,3 +142,17 @@ def test_the_planner_sees_the_stable_rate() -> None:
     ladder = Ladder((Rank(chain, 1),))
     assert with_term.screen(job, ladder).ranks[0].outcomes.throughput_tok_s < 100.0
     assert without.screen(job, ladder).ranks[0].outcomes.throughput_tok_s == pytest.approx(100.0)
+
+
+def test_a_batch_the_cache_holds_whole_does_not_collapse() -> None:
+    """Capped at four fifths of the requests its cache holds whole (the candidate generator's
+    ``cache_fit_share``), the same replica admits no more than it can finish: the closed form
+    credits it its saturation, and the replay keeps up at 90 % of it, where the uncapped
+    replica finishes under a fifth of what it is sent."""
+    load = _load(1)
+    n_fit = load.kv_capacity_tokens / (load.input_len.mean + load.output_len.mean)
+    capped = attrs.evolve(load, max_batch_size=int(0.8 * n_fit))
+    capacity = _capacity(capped)
+    assert capacity > 2.0 * _capacity(load)
+    assert _served_share(capped, 0.9 * capacity) > 0.95
+    assert _served_share(load, 0.9 * capacity) < 0.2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import attrs
 
+from koi.types.validators import fraction
+
 __all__ = ["ProposerConfig"]
 
 
@@ -18,6 +20,13 @@ class ProposerConfig:
     ``retry_headroom``.  ``exploration`` candidates in the most uncertain strata join the short
     list; ``memo_size`` bounds the sizing memo.
 
+    ``cache_fit_share``: on an engine that admits a prompt once its first slice fits (vLLM with
+    chunked prefill), a job whose prompts may take more than one slice is also screened with
+    its batch capped at this share of the requests the KV cache holds whole (when that is below
+    every ``batch_options``); 0 screens no cap.  Above that many requests long prompts evict
+    each other and the replica falls into a recompute collapse (docs/surrogate.md); the share
+    leaves room for requests longer than the mean and for an optimistic memory estimate.
+
     ``focus_moves`` single-decision moves from the incumbent are proposed, most confident
     backward route first; a route weaker than ``focus_min_confidence`` does not count.  An
     outcome within ``risk_margin`` of its bound is at risk.  Mechanisms whose belief reached
@@ -28,6 +37,7 @@ class ProposerConfig:
     tp_options: tuple[int, ...] = (1, 2, 4, 8)
     pp_options: tuple[int, ...] = (1, 2)
     batch_options: tuple[int, ...] = (64, 256)
+    cache_fit_share: float = attrs.field(default=0.8, validator=fraction)
     utilization_target: float = 0.7
     batch_deadline_margin: float = 0.8
     max_replicas: int = 64

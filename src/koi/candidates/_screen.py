@@ -342,28 +342,55 @@ class Screener:
         if cached is not None:
             return cached
         options: list[Option] = []
+        # (tp, quant, listed batch, or 0 for the cache-fit cap) -> its first option
         smallest_fit: dict[tuple[int, Quant, int], Option] = {}
-        for config in self.configs(gpu, env.gpus_per_instance, env.multi_node):
+        for listed in self.configs(gpu, env.gpus_per_instance, env.multi_node):
             if time.monotonic() > deadline_s:
                 return None  # incomplete: not cached
-            if not job.accepts(config.quant):
+            if not job.accepts(listed.quant):
                 continue  # the owner's precision policy
+            fit = (listed.tp, listed.quant, listed.max_batch_size)
             # Pipeline parallelism only where tensor parallelism alone does not fit (the pp=1
             # configs come first): known before screening, so not screened at all.
-            fit = (config.tp, config.quant, config.max_batch_size)
-            if config.pp > 1 and fit in smallest_fit:
+            if listed.pp > 1 and fit in smallest_fit:
                 continue
-            chain = Chain(job.model, env, config)
-            if not self.surrogate.feasibility(chain).ok:
+            fe = self.surrogate.feasibility(Chain(job.model, env, listed))
+            if not fe.ok:
                 continue
-            # Only the capacity is read: the surrogate's, without latencies at a rate.
-            cap = self.surrogate.capacity(job, chain)
-            if cap is None or cap <= 0:
-                continue
-            opt = Option(env, config, cap)
-            smallest_fit.setdefault(fit, opt)
-            options.append(opt)
+            # One cache-fit cap per (tp, pp, quant), beside its smallest listed batch.
+            cap_fit = (listed.tp, listed.quant, 0)
+            capped = None
+            if listed.max_batch_size == min(self.cfg.batch_options) and not (
+                listed.pp > 1 and cap_fit in smallest_fit
+            ):
+                capped = self._cache_fit(job, listed, fe.kv_capacity_tokens)
+            batches = [(listed, fit)] if capped is None else [(listed, fit), (capped, cap_fit)]
+            for config, key_fit in batches:
+                # Only the capacity is read: the surrogate's, without latencies at a rate.
+                cap = self.surrogate.capacity(job, Chain(job.model, env, config))
+                if cap is None or cap <= 0:
+                    continue
+                opt = Option(env, config, cap)
+                smallest_fit.setdefault(key_fit, opt)
+                options.append(opt)
         return self._screens.put(key, options)
+
+    def _cache_fit(self, job: Job, config: Config, kv_tokens: int) -> Config | None:
+        """``config`` with its batch capped to ``cache_fit_share`` of the requests its KV cache
+        holds whole, where a chunk-admitting engine could otherwise let in more than that
+        (``ProposerConfig``); ``None`` when no cap applies.  Its memory fit is ``config``'s: the
+        batch cap changes neither the weights nor the cache."""
+        share = self.cfg.cache_fit_share
+        w = job.workload
+        chunk_admission = self.surrogate.cfg.engine_profile(config.engine).chunk_admission
+        if share <= 0 or not (chunk_admission and config.chunked_prefill):
+            return None
+        if w.input_len.max <= config.max_batched_tokens:
+            return None  # every prompt is admitted whole
+        cap = math.floor(share * kv_tokens / (w.input_len.mean + w.output_len.mean))
+        if not 1 <= cap < min(self.cfg.batch_options):
+            return None
+        return attrs.evolve(config, max_batch_size=cap)
 
 
 def _fewest(sized: Sequence[SizedOption]) -> SizedOption | None:
