@@ -69,6 +69,17 @@ def test_the_share_sets_the_cap_and_zero_screens_none() -> None:
         ProposerConfig(cache_fit_share=1.5)
 
 
+def test_a_batch_job_gets_no_cap() -> None:
+    """A batch job's closed loop keeps as many requests in flight as the batch allows: an
+    uncapped one pays a bounded recompute tax (the closed form charges it) instead of
+    collapsing, and a cap would only cost throughput where the engine admits fewer."""
+    w = WorkloadProfile(
+        _SUMMARIES.workload.input_len, _SUMMARIES.workload.output_len, total_requests=2_000
+    )
+    job = Job("digest", "Qwen3-32B", "batch", w, ServingTarget.batch(deadline_s=3_600))
+    assert {b for (_, _, b) in _options(_screener(), job)} == {64, 256}
+
+
 def test_prompts_admitted_whole_get_no_cap() -> None:
     """Prompts no longer than one slice are admitted whole: nothing to cap."""
     assert {b for (_, _, b) in _options(_screener(), _CHAT)} == {64, 256}

@@ -21,11 +21,12 @@ class ProposerConfig:
     list; ``memo_size`` bounds the sizing memo.
 
     ``cache_fit_share``: on an engine that admits a prompt once its first slice fits (vLLM with
-    chunked prefill), a job whose prompts may take more than one slice is also screened with
-    its batch capped at this share of the requests the KV cache holds whole (when that is below
-    every ``batch_options``); 0 screens no cap.  Above that many requests long prompts evict
-    each other and the replica falls into a recompute collapse (docs/surrogate.md); the share
-    leaves room for requests longer than the mean and for an optimistic memory estimate.
+    chunked prefill), an online job whose prompts may take more than one slice is also screened
+    with its batch capped at this share of the requests the KV cache holds whole (when that is
+    below every ``batch_options``); 0 screens no cap.  Above that many requests long prompts
+    evict each other and an open-loop replica falls into a recompute collapse
+    (docs/surrogate.md); the share leaves room for requests longer than the mean and for an
+    optimistic memory estimate.
 
     ``focus_moves`` single-decision moves from the incumbent are proposed, most confident
     backward route first; a route weaker than ``focus_min_confidence`` does not count.  An

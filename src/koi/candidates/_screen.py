@@ -377,14 +377,14 @@ class Screener:
 
     def _cache_fit(self, job: Job, config: Config, kv_tokens: int) -> Config | None:
         """``config`` with its batch capped to ``cache_fit_share`` of the requests its KV cache
-        holds whole, where a chunk-admitting engine could otherwise let in more than that
-        (``ProposerConfig``); ``None`` when no cap applies.  Its memory fit is ``config``'s: the
-        batch cap changes neither the weights nor the cache."""
+        holds whole, for an online job a chunk-admitting engine could otherwise let in more
+        than that (``ProposerConfig``); ``None`` when no cap applies.  Its memory fit is
+        ``config``'s: the batch cap changes neither the weights nor the cache."""
         share = self.cfg.cache_fit_share
         w = job.workload
         chunk_admission = self.surrogate.cfg.engine_profile(config.engine).chunk_admission
-        if share <= 0 or not (chunk_admission and config.chunked_prefill):
-            return None
+        if share <= 0 or not job.is_online or not (chunk_admission and config.chunked_prefill):
+            return None  # a batch job's closed loop pays a bounded recompute tax instead
         if w.input_len.max <= config.max_batched_tokens:
             return None  # every prompt is admitted whole
         cap = math.floor(share * kv_tokens / (w.input_len.mean + w.output_len.mean))
