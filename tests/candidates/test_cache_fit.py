@@ -1,5 +1,6 @@
-"""A batch capped to what the KV cache holds whole: screened for long prompts on engines that
-admit a prompt by its first slice, where an uncapped batch lets long prompts evict each other."""
+"""A batch capped to what the KV cache holds whole: screened for online jobs' long prompts on
+engines that admit a prompt by its first slice, where an uncapped batch lets long prompts evict
+each other."""
 
 from __future__ import annotations
 
@@ -16,8 +17,6 @@ from koi.surrogate import Surrogate
 from koi.types import Chain, Config, Engine, Job, LengthDist, Quant, ServingTarget, WorkloadProfile
 
 _CATALOG = load_catalog()
-
-
 _SUMMARY_OUT = LengthDist(500, 0.4, 2_048)
 
 
