@@ -81,3 +81,11 @@ def chat_job(rate: float, prompt: float = 1000) -> Job:
     w = WorkloadProfile(LengthDist(prompt, 0.5, 8000), LengthDist(200, 0.5, 2000), rate_rps=rate)
     target = ServingTarget.online(p99_ttft_ms=2000, p99_tpot_ms=80)
     return Job(id="chat", model="Llama-3.1-8B", job_class="online", workload=w, target=target)
+
+
+def summary_job(rate: float) -> Job:
+    """An online Qwen3-32B job of 20K-token summaries (10 s / 100 ms p99 bounds) at ``rate``
+    requests/s: prompts of several prefill slices, a few of which fill an H100's KV cache."""
+    w = WorkloadProfile(LengthDist(20_000, 0.3, 32_000), LengthDist(500, 0.4, 2_048), rate_rps=rate)
+    target = ServingTarget.online(p99_ttft_ms=10_000, p99_tpot_ms=100)
+    return Job(id="summ", model="Qwen3-32B", job_class="online", workload=w, target=target)

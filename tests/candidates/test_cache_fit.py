@@ -8,7 +8,7 @@ import math
 
 import attrs
 import pytest
-from tests._support.specs import H100_NODE
+from tests._support.specs import H100_NODE, summary_job
 
 from koi.candidates import ProposerConfig, Screener
 from koi.catalog import load_catalog
@@ -17,17 +17,13 @@ from koi.surrogate import Surrogate
 from koi.types import Chain, Config, Engine, Job, LengthDist, Quant, ServingTarget, WorkloadProfile
 
 _CATALOG = load_catalog()
-_SUMMARY_OUT = LengthDist(500, 0.4, 2_048)
-
-
-def _job(prompt: LengthDist, out: LengthDist = _SUMMARY_OUT) -> Job:
-    w = WorkloadProfile(prompt, out, rate_rps=1.0)
-    target = ServingTarget.online(p99_ttft_ms=10_000, p99_tpot_ms=100)
-    return Job(id="summ", model="Qwen3-32B", job_class="online", workload=w, target=target)
-
-
-_SUMMARIES = _job(LengthDist(20_000, 0.3, 32_000))
-_CHAT = _job(LengthDist(1_200, 0.5, 8_000), LengthDist(250, 0.5, 2_000))
+_SUMMARIES = summary_job(1.0)
+_CHAT = attrs.evolve(
+    _SUMMARIES,
+    workload=WorkloadProfile(
+        LengthDist(1_200, 0.5, 8_000), LengthDist(250, 0.5, 2_000), rate_rps=1.0
+    ),
+)
 
 
 def _screener(cfg: ProposerConfig | None = None) -> Screener:

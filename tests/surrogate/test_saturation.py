@@ -11,7 +11,7 @@ import random
 from collections.abc import Callable
 
 import pytest
-from tests._support.specs import H100_NODE, L40S_NODE, gpus, models
+from tests._support.specs import H100_NODE, L40S_NODE, gpus, models, summary_job
 
 from koi.surrogate import RankCorrection, Surrogate
 from koi.surrogate._analytic import (
@@ -181,13 +181,7 @@ def test_a_saturated_rank_waits_less_with_more_replicas() -> None:
     traffic fell: sixteen L40S replicas of 20K-token summaries were predicted to wait 3.2 times
     as long as one, and koi shrank hopeless services toward nothing (hetero-3h)."""
     sur = Surrogate(gpus(), models())
-    job = Job(
-        "summ",
-        "Qwen3-32B",
-        "online",
-        WorkloadProfile(LengthDist(20_000, 0.3, 32_000), LengthDist(500, 0.4, 2048), rate_rps=1.8),
-        ServingTarget.online(p99_ttft_ms=10_000.0, p99_tpot_ms=100.0),
-    )
+    job = summary_job(1.8)
     chain = Chain("Qwen3-32B", L40S_NODE, Config(tp=2, quant=Quant.FP8))
     for predict in (sur.screen, sur.predict):
         waits = []
