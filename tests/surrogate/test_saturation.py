@@ -18,6 +18,7 @@ from koi.surrogate._analytic import (
     RankLoad,
     _estimate_closed_loop,
     _mix,
+    _narrow,
     estimate_open_loop,
     saturation,
 )
@@ -73,6 +74,61 @@ def test_long_prompts_are_bound_by_prefill() -> None:
     budget = load.max_batched_tokens - b
     full = load.parts(round(budget), budget * inp / 2, round(b), round(b * (inp + out / 2)))
     assert cap / out <= budget / (inp * parts_time(full)) * 1.01
+
+
+def test_the_bracket_narrows_in_few_steps_and_survives_jumps() -> None:
+    """The closed form's fixed points are nearly linear in their unknown: narrowed in a few
+    evaluations, not one per bit; a function that jumps across zero is still bracketed to the
+    width asked, in at most about twice the halvings."""
+    calls: list[float] = []
+
+    def line(x: float) -> float:
+        calls.append(x)
+        return 3.0 - 2.0 * x - 0.01 * x * x
+
+    lo, hi = _narrow(line, 0.0, 3.0, 10.0, line(10.0), 1e-9)
+    assert hi - lo <= 1e-9
+    assert line(lo) >= 0 >= line(hi)
+    assert len(calls) <= 12  # halving alone: 34
+
+    calls.clear()
+
+    def jump(x: float) -> float:
+        calls.append(x)
+        return 1.0 if x < math.pi else -5.0
+
+    lo, hi = _narrow(jump, 0.0, 1.0, 10.0, -5.0, 1e-6)
+    assert lo < math.pi <= hi
+    assert hi - lo <= 1e-6
+    assert len(calls) <= 2 * math.ceil(math.log2(10.0 / 1e-6)) + 2
+
+
+@pytest.mark.parametrize(("inp", "out"), _SHAPES)
+@pytest.mark.parametrize("seqs", [8, 64, 200])
+def test_the_fluid_step_is_its_own_fixed_point(inp: int, out: int, seqs: int) -> None:
+    """Where prompts arrive faster than one chunk per iteration, every iteration carries
+    ``min(λ·I·s, budget)`` prefill tokens and lasts ``s``: the mean step returned is that fixed
+    point at every rate, also near saturation, where the map's slope is close to 1 and 20
+    plain iterations stopped short of it by up to a factor of 3."""
+    load = _load(inp, out)
+    ctx = inp + out / 2
+    budget = load.max_batched_tokens - seqs
+    dec = parts_time(load.parts(0, 0.0, seqs, round(seqs * ctx)))
+    top = load.parts(round(budget), budget * inp / 2, seqs, round(seqs * ctx))
+    # From the rate a decode-only step would prefill one budget per step to twice the rate
+    # the full-budget step keeps up with: the map's slope runs through 1 in between.
+    lo, hi = budget / (inp * dec) / 20, 2 * budget / (inp * parts_time(top))
+    fluid = 0
+    for k in range(41):
+        rate = lo * (hi / lo) ** (k / 40)
+        mix = _mix(load, rate, seqs, ctx, inp)
+        if mix.p < 1.0:
+            continue
+        fluid += 1
+        prefill = min(rate * inp * mix.mean_s, budget)
+        step = load.parts(round(prefill), prefill * inp / 2, seqs, round(seqs * ctx))
+        assert parts_time(step) == pytest.approx(mix.mean_s, rel=1e-6), rate
+    assert fluid >= 10
 
 
 @pytest.mark.parametrize(("inp", "out"), _SHAPES)

@@ -6,13 +6,14 @@ step (``λ·I·s``).  Queueing delay comes from an M/M/1-like wait on the bottle
 overload makes the p99 TTFT the age of the queue after the horizon.
 
 Longer than most modules: the open- and closed-loop estimates share the iteration mix, its
-fluid regime and the memos that make the screen cheap (batch shapes per load, the bisection's
+fluid regime and the memos that make the screen cheap (batch shapes per load, the batch search's
 mean iteration per shape), and splitting them would split one model over several files.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import attrs
@@ -168,8 +169,8 @@ class _Steps(NamedTuple):
 
 #: The two iterations of a batch shape, memoized per load (one step model) by everything the
 #: step model is asked for them: the prompt mean, its chunks and the rounded sequences and
-#: context tokens.  A bisection over the batch narrows to one rounded shape long before its
-#: last halving, and one load's estimates at other rates visit the same midpoints.
+#: context tokens.  The search for the running batch narrows to one rounded shape long before
+#: its end, and one load's estimates at other rates visit the same points.
 ShapeMemo = dict[tuple[float, int, int, int], tuple[StepParts, StepParts]]
 
 # A memo past this many shapes starts over (a memo, not state).
@@ -202,8 +203,83 @@ def _steps(
     return _Steps(hit[0], hit[1], chunks, budget)
 
 
-# Fixed-point iterations of the fluid regime stop once the step time moves less than this.
+def _narrow(
+    d: Callable[[float], float],
+    lo: float,
+    d_lo: float,
+    hi: float,
+    d_hi: float,
+    width: float,
+    rtol: float = 0.0,
+) -> tuple[float, float]:
+    """Narrow ``[lo, hi]`` around a sign change of ``d`` (``d(lo) > 0 >= d(hi)``) to at most
+    ``width``: regula falsi with the Anderson–Björck rule (the end kept twice running has its
+    value scaled down, so both ends close in), and a halving after three steps that each left
+    the bracket wider than half of what it was.  Returns the bracket, or ``(x, x)`` once
+    ``|d(x)| <= rtol·x``.
+
+    The closed form's fixed points are nearly linear in their unknown, so this takes a handful
+    of evaluations where halving alone takes one per bit; where the step model's rounding or
+    a regime change makes ``d`` jump, the halvings keep it about as fast as halving alone.
+    """
+    side = 0
+    slow = 0
+    for _ in range(256):  # a halving at least every fourth step: 64 halvings at most
+        span = hi - lo
+        if span <= width:
+            break
+        x = (lo * d_hi - hi * d_lo) / (d_hi - d_lo)
+        if slow >= 3 or not lo < x < hi:
+            x, slow = 0.5 * (lo + hi), 0
+        dx = d(x)
+        if abs(dx) <= rtol * x or dx != dx:  # converged, or no number to go on
+            return x, x
+        if dx > 0:
+            if side == 1:
+                m = 1.0 - dx / d_lo
+                d_hi *= m if m > 0 else 0.5
+            lo, d_lo, side = x, dx, 1
+        else:
+            if side == -1:
+                m = 1.0 - dx / d_hi
+                d_lo *= m if m > 0 else 0.5
+            hi, d_hi, side = x, dx, -1
+        slow = slow + 1 if hi - lo > 0.5 * span else 0
+    return lo, hi
+
+
+# The fluid regime's fixed point is found to this relative residual (or bracket).
 _FLUID_RTOL = 1e-9
+
+
+def _fluid(
+    load: RankLoad, rate: float, st: _Steps, seqs: float, ctx: float, inp: float
+) -> tuple[StepParts, float]:
+    """The fluid regime's iteration ``s = step(min(λ·I·s, budget))``: its parts and its time.
+
+    The step time grows with the prefill it carries, so ``h(x) = step(min(λ·I·x, budget)) − x``
+    is positive at ``x = 0`` (the decode-only step) and the root is either the budget-capped
+    step (when the budget binds at it) or inside ``(0, budget / (λ·I))``, where ``h`` changes
+    sign and :func:`_narrow` finds it: the step is nearly affine in its prefill.  Iterating
+    the map instead converges at the rate of its slope, which is close to 1 near saturation:
+    stopped after 20 iterations it fell short of the fixed point by up to a factor of 3 and
+    overstated the capacity of prefill-heavy replicas.
+    """
+    budget = st.budget
+    s = _step(load, budget, seqs, ctx, inp)
+    t_top = parts_time(s)
+    x_cap = budget / (rate * inp)
+    if t_top >= x_cap:
+        return s, t_top
+
+    def excess(x: float) -> float:
+        nonlocal s
+        s = _step(load, rate * inp * x, seqs, ctx, inp)
+        return parts_time(s) - x
+
+    top = t_top - x_cap
+    _narrow(excess, 0.0, parts_time(st.dec), x_cap, top, x_cap * _FLUID_RTOL, _FLUID_RTOL)
+    return s, parts_time(s)
 
 
 def _mix_of(load: RankLoad, rate: float, st: _Steps, seqs: float, ctx: float, inp: float) -> _Mix:
@@ -217,14 +293,7 @@ def _mix_of(load: RankLoad, rate: float, st: _Steps, seqs: float, ctx: float, in
         if p <= 1.0:
             mean = _blend(dec, chunk, p)
             return _Mix(mean, dec, chunk, chunks, p, parts_time(mean))
-    # Fluid regime: every iteration carries rate·I·s prefill tokens (capped by the budget).
-    s, t_s = chunk, parts_time(chunk)
-    for _ in range(20):
-        t = t_s
-        s = _step(load, min(rate * inp * t, st.budget), seqs, ctx, inp)
-        t_s = parts_time(s)
-        if abs(t_s - t) <= _FLUID_RTOL * t:
-            break
+    s, t_s = _fluid(load, rate, st, seqs, ctx, inp)
     return _Mix(s, dec, chunk, chunks, 1.0, t_s)
 
 
@@ -244,11 +313,11 @@ def _mean_time(
     times: dict[tuple[int, int, int], float],
 ) -> float:
     """``_mix(load, rate, seqs, ctx, inp).mean_s`` without building the mix: the same
-    operations in the same order (the bisection asks for nothing else).
+    operations in the same order (the batch search asks for nothing else).
 
-    ``times`` memoizes it for one (load, rate, inp) by the batch shape: the mean iteration
-    depends on ``seqs`` only through the shape, except when the fluid regime's prefill is
-    capped by the token budget (``max_batched_tokens - seqs``), which is never memoized.
+    ``times`` memoizes it for one (load, rate, inp) by the batch shape: below the fluid regime
+    the mean iteration depends on ``seqs`` only through the shape.  The fluid regime's is not
+    memoized: its search starts from the token budget, ``max_batched_tokens - seqs``.
     """
     # The shape, looked up before _steps is asked for its iterations.
     shape = (_budget_chunks(load, seqs, inp)[1], round(seqs), round(seqs * ctx))
@@ -273,50 +342,40 @@ def _mean_time(
             )
             times[shape] = t
             return t
-    # _mix_of's fluid regime, noting whether the budget ever capped the prefill.
-    t_s, capped = parts_time(chunk), False
-    for _ in range(20):
-        t = t_s
-        prefill = rate * inp * t
-        if st.budget < prefill:
-            prefill, capped = st.budget, True
-        t_s = parts_time(_step(load, prefill, seqs, ctx, inp))
-        if abs(t_s - t) <= _FLUID_RTOL * t:
-            break
-    t = t_s
-    if not capped:
-        times[shape] = t
-    return t
+    return _fluid(load, rate, st, seqs, ctx, inp)[1]
 
 
 def _batch_at(
     load: RankLoad, rate: float, b_max: float, ctx: float, inp: float, memo: ShapeMemo
 ) -> float:
-    """The running batch ``B = λ·O·s(B)`` below saturation: a bisection on ``[0, b_max]``
-    (30 halvings).  Its midpoints' iterations come from ``memo`` and, once the bracket is
-    inside one batch shape, from the mean iteration memoized per shape (:func:`_mean_time`).
+    """The running batch ``B = λ·O·s(B)`` below saturation, narrowed on ``[0, b_max]`` to a
+    billionth of it (the upper end: ``λ·O·s(B) <= B``).  Its iterations come from ``memo`` and,
+    once the bracket is inside one batch shape, from the mean iteration memoized per shape
+    (:func:`_mean_time`).
 
-    No shortcut through a faster root-finder: ``B − λ·O·s(B)`` can change sign more than
-    once near the fixed point (the step model rounds the batch and its context to whole
-    sequences and tokens), and another root-finder then finds another crossing.
+    ``B − λ·O·s(B)`` can change sign more than once near the fixed point (the step model
+    rounds the batch and its context to whole sequences and tokens): any of those crossings,
+    a token's context apart, is the batch.
     """
     out = load.output_len.mean
     times: dict[tuple[int, int, int], float] = {}
-    lo, hi = 0.0, b_max
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        if rate * out * _mean_time(load, rate, mid, ctx, inp, memo, times) > mid:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+
+    def excess(b: float) -> float:
+        return rate * out * _mean_time(load, rate, b, ctx, inp, memo, times) - b
+
+    top = excess(b_max)
+    if top > 0:
+        return b_max
+    return _narrow(excess, 0.0, excess(0.0), b_max, top, b_max * _BATCH_WIDTH)[1]
 
 
-# Halvings of a rate fixed point's bracket (saturation, a closed loop): its width falls to a
-# millionth of its upper end, far below any difference a prediction shows.
-_RATE_HALVINGS = 20
-# A batch short of b by more than this at the bisection's end is a jump, not the halvings'
-# resolution (without corrections every chain of the built-in scenarios fills to within 0.2 %).
+# A rate fixed point (saturation, a closed loop) is bracketed to this share of its first upper
+# end, and the running batch to this share of its cap: far below any difference a prediction
+# shows (the halvings they replaced ended there).
+_RATE_WIDTH = 2.0**-20
+_BATCH_WIDTH = 2.0**-30
+# A batch short of b by more than this at the search's end is a jump, not its resolution
+# (without corrections every chain of the built-in scenarios fills to within 0.2 %).
 _FILL_TOLERANCE = 0.01
 
 # Iterations of a closed loop's decoding share at one request rate.
@@ -336,18 +395,17 @@ def saturation(load: RankLoad) -> Saturation:
     b = _max_batch(load, ctx)
     memo: ShapeMemo = {}
     st = _steps(load, b, ctx, inp, memo)  # the batch shape is fixed: only the prefill rate moves
+
     # Requests finish at λ = b / (O·s(λ)) per second and each brings I prompt tokens, so the
-    # mean step s grows with λ and λ·O·s(λ) = b has one root.  Bisection, not iterating the
+    # mean step s grows with λ and λ·O·s(λ) = b has one root.  Bracketed, not iterating the
     # map: for long prompts (a chunk step ten times a decode step) the map alternates between
     # a decode-only and an all-prefill step and never settles, and stopping on the decode-only
     # side overstated a replica's capacity twofold.
-    lo, hi = 0.0, b / (out * parts_time(st.dec))  # s(λ) is at least the decode-only step
-    for _ in range(_RATE_HALVINGS):
-        mid = (lo + hi) / 2
-        if mid * out * _mix_of(load, mid, st, b, ctx, inp).mean_s < b:
-            lo = mid
-        else:
-            hi = mid
+    def short(rate: float) -> float:
+        return b - rate * out * _mix_of(load, rate, st, b, ctx, inp).mean_s
+
+    hi = b / (out * parts_time(st.dec))  # s(λ) is at least the decode-only step
+    lo, _ = _narrow(short, 0.0, b, hi, short(hi), hi * _RATE_WIDTH)
     mix = _mix_of(load, lo, st, b, ctx, inp)
     # At a root λ·O·s(λ) = b.  Where the mean step jumps past b instead (prompts arrive
     # faster than a prefill slowed far more than its decode can take them in, and the fluid
@@ -550,19 +608,16 @@ def _estimate_closed_loop(load: RankLoad, concurrency: float, sat: Saturation) -
     if load.input_len.cv == 0 and load.output_len.cv == 0:
         return _closed_loop_waves(load, concurrency, n_run, cap)
     # The request rate solves λ·(TTFT(λ) + (O − 1)·s(λ)) = n (each running client completes
-    # one request per cycle); the cycle grows with λ, so bisect from the rate of an idle mix.
+    # one request per cycle); the cycle grows with λ, so bracket it below the rate of an idle mix.
     # Iterating the map instead alternates for long prompts (see :func:`saturation`).
-    lo = 0.0
     decoding, mix, ttft, wait = _closed_loop_mix(load, 0.0, n_run, ctx, inp, memo)
     hi = n_run / (ttft + (out - 1) * mix.mean_s)
-    for _ in range(_RATE_HALVINGS):
-        mid = (lo + hi) / 2
-        decoding, mix, ttft, wait = _closed_loop_mix(load, mid, n_run, ctx, inp, memo)
-        if mid * (ttft + (out - 1) * mix.mean_s) < n_run:
-            lo = mid
-        else:
-            hi = mid
-    rate = lo
+
+    def idle(rate: float) -> float:
+        _, m, first, _ = _closed_loop_mix(load, rate, n_run, ctx, inp, memo)
+        return n_run - rate * (first + (out - 1) * m.mean_s)
+
+    rate, _ = _narrow(idle, 0.0, n_run, hi, idle(hi), hi * _RATE_WIDTH)
     decoding, mix, ttft, wait = _closed_loop_mix(load, rate, n_run, ctx, inp, memo)
     queued = max(concurrency - n_run, 0.0)
     slot_wait = queued / rate  # Little's law on the requests waiting for a batch slot
