@@ -1,6 +1,6 @@
 """The closed form's memos (each load's batch-shape iterations shared by its estimates, the
-batch search's mean iteration per shape, a scaled step model's decode-only times) give exactly
-what the plain computation gives: the same batch from the search, the same estimates."""
+bisection's mean iteration per shape, a scaled step model's decode-only times) give exactly
+what the plain computation gives: the same batch from the bisection, the same estimates."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from koi.surrogate._analytic import (
     Saturation,
     _batch_at,
     _mix,
-    _narrow,
     estimate_closed_loop,
     estimate_open_loop,
     saturation,
@@ -64,17 +63,17 @@ def _loads() -> list[RankLoad]:
 
 
 def _plain_batch(load: RankLoad, rate: float, b_max: float) -> float:
-    """The batch search without the memos: every point's full iteration mix."""
+    """The bisection as it was before the memos: every midpoint's full iteration mix."""
     inp, out = load.input_len.mean, load.output_len.mean
     ctx = inp + out / 2.0
-
-    def excess(b: float) -> float:
-        return rate * out * _mix(load, rate, b, ctx, inp).mean_s - b
-
-    top = excess(b_max)
-    if top > 0:
-        return b_max
-    return _narrow(excess, 0.0, excess(0.0), b_max, top, b_max * 2.0**-30)[1]
+    lo, hi = 0.0, b_max
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if rate * out * _mix(load, rate, mid, ctx, inp).mean_s > mid:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def _rates(cap_tok_s: float, out: float) -> list[float]:
@@ -88,7 +87,7 @@ def _unmemoized(sat: Saturation) -> Saturation:
     return b, cap, mix, _NoMemo()
 
 
-def test_the_batch_search_with_memos_finds_the_plain_searchs_batch() -> None:
+def test_bisection_with_memos_finds_the_plain_bisections_batch() -> None:
     rnd = random.Random(0)
     checked = fluid_capped = 0
     for load in _loads():

@@ -6,7 +6,7 @@ step (``λ·I·s``).  Queueing delay comes from an M/M/1-like wait on the bottle
 overload makes the p99 TTFT the age of the queue after the horizon.
 
 Longer than most modules: the open- and closed-loop estimates share the iteration mix, its
-fluid regime and the memos that make the screen cheap (batch shapes per load, the batch search's
+fluid regime and the memos that make the screen cheap (batch shapes per load, the bisection's
 mean iteration per shape), and splitting them would split one model over several files.
 """
 
@@ -169,8 +169,8 @@ class _Steps(NamedTuple):
 
 #: The two iterations of a batch shape, memoized per load (one step model) by everything the
 #: step model is asked for them: the prompt mean, its chunks and the rounded sequences and
-#: context tokens.  The search for the running batch narrows to one rounded shape long before
-#: its end, and one load's estimates at other rates visit the same points.
+#: context tokens.  A bisection over the batch narrows to one rounded shape long before its
+#: last halving, and one load's estimates at other rates visit the same midpoints.
 ShapeMemo = dict[tuple[float, int, int, int], tuple[StepParts, StepParts]]
 
 # A memo past this many shapes starts over (a memo, not state).
@@ -313,7 +313,7 @@ def _mean_time(
     times: dict[tuple[int, int, int], float],
 ) -> float:
     """``_mix(load, rate, seqs, ctx, inp).mean_s`` without building the mix: the same
-    operations in the same order (the batch search asks for nothing else).
+    operations in the same order (the bisection asks for nothing else).
 
     ``times`` memoizes it for one (load, rate, inp) by the batch shape: below the fluid regime
     the mean iteration depends on ``seqs`` only through the shape.  The fluid regime's is not
@@ -348,32 +348,31 @@ def _mean_time(
 def _batch_at(
     load: RankLoad, rate: float, b_max: float, ctx: float, inp: float, memo: ShapeMemo
 ) -> float:
-    """The running batch ``B = λ·O·s(B)`` below saturation, narrowed on ``[0, b_max]`` to a
-    billionth of it (the upper end: ``λ·O·s(B) <= B``).  Its iterations come from ``memo`` and,
-    once the bracket is inside one batch shape, from the mean iteration memoized per shape
-    (:func:`_mean_time`).
+    """The running batch ``B = λ·O·s(B)`` below saturation: a bisection on ``[0, b_max]``
+    (30 halvings).  Its midpoints' iterations come from ``memo`` and, once the bracket is
+    inside one batch shape, from the mean iteration memoized per shape (:func:`_mean_time`).
 
-    ``B − λ·O·s(B)`` can change sign more than once near the fixed point (the step model
-    rounds the batch and its context to whole sequences and tokens): any of those crossings,
-    a token's context apart, is the batch.
+    Not :func:`_narrow`: ``B − λ·O·s(B)`` can change sign more than once near the fixed point
+    (the step model rounds the batch to whole sequences, a fifth of a batch of five), and
+    regula falsi finds another crossing than the halvings.  Tried: the planner's choices
+    moved with it, and koi lost about a point of online admission over eighteen runs
+    (docs/benchmark.md, "Speed").
     """
     out = load.output_len.mean
     times: dict[tuple[int, int, int], float] = {}
-
-    def excess(b: float) -> float:
-        return rate * out * _mean_time(load, rate, b, ctx, inp, memo, times) - b
-
-    top = excess(b_max)
-    if top > 0:
-        return b_max
-    return _narrow(excess, 0.0, excess(0.0), b_max, top, b_max * _BATCH_WIDTH)[1]
+    lo, hi = 0.0, b_max
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if rate * out * _mean_time(load, rate, mid, ctx, inp, memo, times) > mid:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 # A rate fixed point (saturation, a closed loop) is bracketed to this share of its first upper
-# end, and the running batch to this share of its cap: far below any difference a prediction
-# shows (the halvings they replaced ended there).
+# end: far below any difference a prediction shows (the 20 halvings it replaced ended there).
 _RATE_WIDTH = 2.0**-20
-_BATCH_WIDTH = 2.0**-30
 # A batch short of b by more than this at the search's end is a jump, not its resolution
 # (without corrections every chain of the built-in scenarios fills to within 0.2 %).
 _FILL_TOLERANCE = 0.01
