@@ -129,7 +129,17 @@ def test_aggregate_mean_spread_and_table() -> None:
 def test_bad_planner_and_scenario_fail_cleanly(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    out = str(tmp_path)
-    assert main(["bench", "--scenario", "smoke", "--planners", "nope", "--out", out]) == 2
-    assert "unknown planner" in capsys.readouterr().err
-    assert main(["bench", "--scenario", "no-such", "--planners", "fcfs", "--out", out]) == 2
+    # One line on stderr naming what is wrong, and nothing written: the bench's banner and
+    # its output directory come only after its inputs are checked.
+    out = tmp_path / "out"
+    assert main(["bench", "--scenario", "smoke", "--planners", "nope", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown planner" in err
+    assert len(err.splitlines()) == 1
+    assert main(["bench", "--scenario", "no-such", "--planners", "fcfs", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no-such" in err
+    assert len(err.splitlines()) == 1
+    assert main(["bench", "--scenario", "smoke", "--jobs", "0", "--out", str(out)]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert not out.exists()

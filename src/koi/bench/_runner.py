@@ -305,7 +305,9 @@ def run_bench(
     Runs go to ``executor`` (default: a pool of ``jobs`` worker processes, the CPU count by
     default; 1 runs in this process; see :func:`koi.bench.parse_executor` for Dask), the
     slowest planners (koi and its ablations) first.  ``progress`` gets a line per finished
-    run; ``out_dir`` receives the traces (written by this process, whatever ran them).  Every
+    run, after a first line naming the bench once its inputs are checked (a bad one raises
+    :class:`~koi.errors.InvalidInput` before anything is printed or written); ``out_dir``
+    receives the traces (written by this process, whatever ran them).  Every
     planner runs every seed: the seed also draws the world (hardware truth, traffic, faults),
     so a deterministic planner's spread is the world's.  ``replay_requests`` is the world's
     sampling (:class:`RunTask`): more is closer to replaying every request, and slower.
@@ -314,6 +316,8 @@ def run_bench(
         raise InvalidInput(f"seeds: must be >= 1, got {seeds}")
     if seed_start < 0:
         raise InvalidInput(f"seed-start: must be >= 0, got {seed_start}")
+    if jobs is not None and jobs < 1:
+        raise InvalidInput(f"jobs: must be >= 1, got {jobs}")
     check_planners(planners)
     world_config(replay_requests)  # fail early on a bad value
     from koi.baselines import REFERENCE
@@ -321,6 +325,15 @@ def run_bench(
 
     sc = load_scenario(scenario)  # fail early on a bad scenario
     out = Path(out_dir) if out_dir is not None else None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)  # an unwritable place fails before any run
+    if progress is not None:
+        print(
+            f"koi bench: {sc.name}, {len(planners)} planner(s) x {seeds} seed(s) "
+            f"from seed {seed_start} on {executor or ExecutorSpec()}",
+            file=progress,
+            flush=True,
+        )
     seed_list = tuple(range(seed_start, seed_start + seeds))
     pairs = [(p, s) for p in planners for s in seed_list]
     pairs.sort(key=lambda t: ("koi" not in t[0], t[0] not in REFERENCE))

@@ -105,13 +105,6 @@ def _run(args: argparse.Namespace) -> int:
     )
     executor = parse_executor(args.executor)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    print(
-        f"koi bench: {args.scenario}, {len(planners)} planner(s) x {args.seeds} seed(s) "
-        f"from seed {args.seed_start} on {executor}",
-        file=sys.stderr,
-        flush=True,
-    )
     result = run_bench(
         args.scenario,
         planners,
