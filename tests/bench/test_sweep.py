@@ -174,7 +174,16 @@ def test_sweep_command_reports_a_bad_file_in_one_line(
     err = capsys.readouterr().err
     assert err.startswith("koi: error: sweep: no file")
     assert len(err.splitlines()) == 1
+    # A scenario that does not load, or no workers: one line, and no banner nor runs.jsonl.
+    out = tmp_path / "out"
     bad = tmp_path / "bad.toml"
     bad.write_text("[sweep]\nscenarios = ['no-such']\nplanners = ['fcfs']\n")
-    assert main(["sweep", str(bad), "--out", str(tmp_path)]) == 2
-    assert "no built-in scenario or file 'no-such'" in capsys.readouterr().err
+    assert main(["sweep", str(bad), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no built-in scenario or file 'no-such'" in err
+    assert len(err.splitlines()) == 1
+    good = tmp_path / "good.toml"
+    good.write_text("[sweep]\nscenarios = ['smoke']\nplanners = ['fcfs']\n")
+    assert main(["sweep", str(good), "--jobs", "0", "--out", str(out)]) == 2
+    assert len(capsys.readouterr().err.splitlines()) == 1
+    assert not out.exists()

@@ -229,17 +229,26 @@ def run_sweep(
     jobs: int | None = None,
     on_run: Callable[[Mapping[str, Any]], None] | None = None,
     worker: Callable[[RunTask], dict[str, Any]] = execute,
+    started: Callable[[], None] | None = None,
 ) -> SweepResult:
     """Run every cell of ``sweep`` on ``executor`` (see :func:`koi.bench.run_tasks`), the
     slowest planners first; ``on_run`` gets each finished run's record (with ``knobs`` and
-    ``label``) as it comes.  The result lists the runs in grid order."""
+    ``label``) as it comes.  The result lists the runs in grid order.
+
+    ``started`` is called once the scenarios are loaded and ``jobs`` is checked, before the
+    first run: a caller that writes as runs finish opens its files there, so a bad input
+    raises :class:`~koi.errors.InvalidInput` with nothing written."""
     from koi.baselines import CONFIGURABLE, REFERENCE
     from koi.sim import load_scenario
 
+    if jobs is not None and jobs < 1:
+        raise InvalidInput(f"jobs: must be >= 1, got {jobs}")
     loaded = {name: load_scenario(name) for name in sweep.scenarios}
     names = [sc.name for sc in loaded.values()]
     if len(set(names)) != len(names):
         raise InvalidInput(f"sweep.scenarios: two scenarios share a name: {names}")
+    if started is not None:
+        started()
     cells = sweep.cells()
     # The slowest planners (koi's, then the references) go first, so the last runs are short.
     order = sorted(

@@ -6,8 +6,9 @@ import argparse
 import json
 import sys
 from collections.abc import Mapping
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from koi.cli._bench import add_executor_arguments
 
@@ -41,23 +42,27 @@ def _run(args: argparse.Namespace) -> int:
     sweep = load_sweep(args.sweep)
     executor = parse_executor(args.executor)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     cells = len(sweep.cells())
-    print(
-        f"koi sweep: {args.sweep}, {cells} run(s) on {executor}",
-        file=sys.stderr,
-        flush=True,
-    )
     lines_path = out / "runs.jsonl"
     finished = 0
-    with lines_path.open("w", encoding="utf-8") as lines:
+    with ExitStack() as stack:
+        lines: list[TextIO] = []  # runs.jsonl, opened by started()
+
+        def started() -> None:  # every input checked: the output can be written
+            out.mkdir(parents=True, exist_ok=True)
+            lines.append(stack.enter_context(lines_path.open("w", encoding="utf-8")))
+            print(
+                f"koi sweep: {args.sweep}, {cells} run(s) on {executor}",
+                file=sys.stderr,
+                flush=True,
+            )
 
         def on_run(record: Mapping[str, Any]) -> None:
             nonlocal finished
             finished += 1
             line = json.dumps(sweep_line(record))
-            lines.write(line + "\n")
-            lines.flush()
+            lines[0].write(line + "\n")
+            lines[0].flush()
             if args.jsonl:
                 print(line, flush=True)
             m = record["metrics"]
@@ -69,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
                 flush=True,
             )
 
-        result = run_sweep(sweep, executor=executor, jobs=args.jobs, on_run=on_run)
+        result = run_sweep(sweep, executor=executor, jobs=args.jobs, on_run=on_run, started=started)
     summary = {
         "sweep": args.sweep,
         "replay_requests": sweep.replay_requests,
