@@ -27,6 +27,7 @@ __all__ = [
     "BenchResult",
     "RunTask",
     "aggregate",
+    "check_jobs",
     "check_planners",
     "execute",
     "replay_requests_of",
@@ -171,6 +172,12 @@ def run_one(
     return record
 
 
+def check_jobs(jobs: int | None) -> None:
+    """``jobs`` is a worker count (``None``: the CPU count)."""
+    if jobs is not None and jobs < 1:
+        raise InvalidInput(f"jobs: must be >= 1, got {jobs}")
+
+
 def run_tasks(
     tasks: Sequence[RunTask],
     *,
@@ -185,10 +192,9 @@ def run_tasks(
     Tasks are submitted in order (put the slowest first); ``done`` is called in this process
     as each finishes.  A run that raises fails the whole call with its exception.
     """
+    check_jobs(jobs)
     spec = executor or ExecutorSpec()
     workers = jobs if jobs is not None else (os.cpu_count() or 1)
-    if workers < 1:
-        raise InvalidInput(f"jobs: must be >= 1, got {workers}")
     records: list[dict[str, Any] | None] = [None] * len(tasks)
     if not tasks:
         return []
@@ -316,8 +322,7 @@ def run_bench(
         raise InvalidInput(f"seeds: must be >= 1, got {seeds}")
     if seed_start < 0:
         raise InvalidInput(f"seed-start: must be >= 0, got {seed_start}")
-    if jobs is not None and jobs < 1:
-        raise InvalidInput(f"jobs: must be >= 1, got {jobs}")
+    check_jobs(jobs)
     check_planners(planners)
     world_config(replay_requests)  # fail early on a bad value
     from koi.baselines import REFERENCE

@@ -36,6 +36,7 @@ from koi.bench._runner import (
     METRICS,
     RunTask,
     aggregate,
+    check_jobs,
     check_planners,
     execute,
     replay_requests_of,
@@ -241,8 +242,7 @@ def run_sweep(
     from koi.baselines import CONFIGURABLE, REFERENCE
     from koi.sim import load_scenario
 
-    if jobs is not None and jobs < 1:
-        raise InvalidInput(f"jobs: must be >= 1, got {jobs}")
+    check_jobs(jobs)
     loaded = {name: load_scenario(name) for name in sweep.scenarios}
     names = [sc.name for sc in loaded.values()]
     if len(set(names)) != len(names):
