@@ -584,6 +584,22 @@ def test_a_hopeless_job_gives_way_to_a_newcomer_within_its_target() -> None:
     assert next(c for c in kept.candidates_for("old") if c.chosen).breach_probability <= 0.3
 
 
+def test_a_yielding_job_gives_only_the_room_a_newcomer_takes() -> None:
+    # A hopeless service holds all eight GPUs; a newcomer within its target needs one.  The
+    # scale-in by one replica was already on the hopeless job's list as a best-effort ladder
+    # and stayed in the best-effort stage, so stage one could free room only with its
+    # one-replica make-room ladder: it gave up seven GPUs for a newcomer that took one.
+    hot = _online("hot", ttft_ms=1.0, rate_rps=40.0)
+    held = ActiveDeployment("hot", Ladder((Rank(CHAIN, 8),)))
+    snapshot = ClusterSnapshot(600.0, [hot, _online("new")], [Pool(ENV, 8)], [held])
+    result = _planner(spread_best_effort=True).tick(snapshot, launch=False)
+    assert _risk(result, "hot") is Verdict.HOPELESS
+    placed, donor = result.plan.action("new"), result.plan.action("hot")
+    assert placed.kind is ActionKind.PLACE
+    assert donor.ladder.gpus == 8 - placed.ladder.gpus
+    assert "room made: hot" in placed.reason
+
+
 def test_a_saturated_option_is_valued_by_the_share_it_carries() -> None:
     # Past its capacity a ladder's queue grows without bound: its predicted p99 TTFT (the age
     # of the queue after the closed form's horizon) does not enter its value; the share of

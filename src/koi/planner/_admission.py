@@ -303,7 +303,10 @@ class _Spare:
                 continue
             known = mine.get(shrunk.report.ladder)
             if known is not None and known.candidate is not None:  # it now also frees room
-                freeing = attrs.evolve(known.candidate, frees_room=True)
+                # A yielding job's scale-in frees room in stage one (as :meth:`_room` puts
+                # it), even when it was already on its list as a best-effort ladder.
+                effort = known.candidate.best_effort and job.id not in self.yielding
+                freeing = attrs.evolve(known.candidate, frees_room=True, best_effort=effort)
                 mine[known.report.ladder] = attrs.evolve(known, candidate=freeing)
                 continue
             if known is not None and job.id not in self.yielding:
