@@ -142,4 +142,16 @@ def test_bad_planner_and_scenario_fail_cleanly(
     assert len(err.splitlines()) == 1
     assert main(["bench", "--scenario", "smoke", "--jobs", "0", "--out", str(out)]) == 2
     assert len(capsys.readouterr().err.splitlines()) == 1
+    # An empty list is not "every planner", and a planner twice is not two planners.
+    for planners, what in (
+        (",", "no planner given"),
+        ("", "no planner given"),
+        ("fcfs,fcfs", "twice"),
+    ):
+        assert (
+            main(["bench", "--scenario", "smoke", "--planners", planners, "--out", str(out)]) == 2
+        )
+        err = capsys.readouterr().err
+        assert what in err
+        assert len(err.splitlines()) == 1
     assert not out.exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,15 @@ import koi.sim._scenario as scenario_module
 from koi.catalog import Catalog
 from koi.cli import main
 from koi.errors import InvalidInput
-from koi.sim import EventKind, load_scenario, parse_scenario, resolve_pools, scenario_names
+from koi.sim import (
+    EventKind,
+    build_world,
+    check_names,
+    load_scenario,
+    parse_scenario,
+    resolve_pools,
+    scenario_names,
+)
 from koi.sim._capacity import replica_capacity
 from koi.surrogate import OperatorModel, feasibility
 from koi.types import Arrival, Config, Market, Quant
@@ -193,6 +202,100 @@ def test_doc_example() -> None:
 def test_malformed_scenarios_name_the_key(body: str, key: str) -> None:
     with pytest.raises(InvalidInput, match=key.replace("[", r"\[").replace("]", r"\]")):
         tiny(body)
+
+
+def _head(extra: str) -> str:
+    return f"[scenario]\nname = 'x'\nduration_min = 30\n{extra}\n" + pool_toml()
+
+
+_BATCH = (
+    "[[jobs]]\nid='b'\nmodel='Llama-3.1-8B'\nclass='batch'\n"
+    "input={mean=10}\noutput={mean=10}\nrequests=5\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (_head("tick_s = 'abc'"), "scenario.tick_s: must be a number, got 'abc'"),
+        (_head("tick_s = '300'"), "scenario.tick_s: must be a number, got '300'"),
+        (_head("tick_s = true"), "scenario.tick_s: must be a number, got True"),
+        (_head("duration_h = 1e300"), "scenario.duration_s: must be at most 31 days"),
+        (_head("") + _BATCH + "deadline_min = 0\n", "jobs[0].deadline_min: must be > 0"),
+        (_head("") + _BATCH + "deadline_min = nan\n", "jobs[0].deadline_min: must be a finite"),
+        (
+            _head("") + _BATCH + "deadline_min = 9\nrate_rps = 3\n",
+            "jobs[0].rate_rps: not a key of a batch job",
+        ),
+        (
+            _head("") + online_job_toml() + "requests = 3\n",
+            "jobs[0].requests: not a key of a online job",
+        ),
+        (
+            _head("") + online_job_toml().replace('class = "online"', "class = ['online']"),
+            "jobs[0].class: must be online or batch",
+        ),
+        (
+            _head("") + online_job_toml(arrival_min=29),
+            "jobs[0].arrival_min: must be at or before the last planning tick (minute 25)",
+        ),
+        (
+            _head("") + online_job_toml(inp=100).replace("max = 400", "max = 50"),
+            "x: jobs[0].input.mean: must be <= max",
+        ),
+        (
+            _head("")
+            + online_job_toml()
+            + "weights = { cost = 0, ttft = 0, tpot = 0, throughput = 0, slo_margin = 0 }\n",
+            "x: jobs[0].weights: at least one",
+        ),
+        (_head("") + "multi_node = 'no'\n", "pools[0].multi_node: must be true or false"),
+        (
+            _head("")
+            + "[[events]]\nat_min=5\nkind='preemption'\npool='lab/r1/on_demand/box'\n"
+            + "instances=1\nnotice='no'\n",
+            "events[0].notice: must be true or false",
+        ),
+        (
+            _head("") + "[[events]]\nat_min=5\nkind='driver_update'\ngpu='L4'\nengine='tgi'\n",
+            "events[0].engine: must be one of vllm, sglang, trtllm",
+        ),
+        (
+            _head("") + online_job_toml() + "[[events]]\nat_min=5\nkind='degrade'\njob='chat'\n"
+            "speed=2\n",
+            "events[0].speed: not a field of a degrade event",
+        ),
+    ],
+)
+def test_wrong_types_and_unused_keys_are_refused(text: str, message: str) -> None:
+    """Cases a fuzzing run found accepted (a string tick, "no" as true, a key of another
+    kind silently ignored, a deadline of 0 read as none) or reported with a traceback or the
+    place named twice."""
+    with pytest.raises(InvalidInput) as err:
+        parse_scenario(text, source="x")
+    assert message in str(err.value)
+    assert str(err.value).count("x:") == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (pool_toml() + online_job_toml(model="GPT-5"), "jobs[0].model: unknown model 'GPT-5'"),
+        (pool_toml(gpu="TPU-v5"), "pools[0].gpu: unknown GPU 'TPU-v5'"),
+        (
+            pool_toml() + "[[events]]\nat_min=5\nkind='driver_update'\ngpu='NOPE'\n",
+            "events[0].gpu: unknown GPU 'NOPE'",
+        ),
+    ],
+)
+def test_names_outside_the_catalog_are_refused_where_the_file_is_checked(
+    catalog: Catalog, body: str, message: str
+) -> None:
+    sc = tiny(body)
+    with pytest.raises(InvalidInput, match=re.escape(message)):
+        check_names(sc, resolve_pools(sc, tuple(catalog.instances)), catalog.gpus, catalog.models)
+    with pytest.raises(InvalidInput, match=re.escape(message)):
+        build_world(sc, seed=0)
 
 
 def test_invalid_toml_and_unknown_name(tmp_path: Path) -> None:

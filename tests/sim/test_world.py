@@ -340,6 +340,29 @@ def test_break_before_make_when_full() -> None:
     assert chat.gpus == 1
 
 
+def test_a_draining_chain_yields_to_a_plan_that_fits_the_snapshot() -> None:
+    """A chain replaced make-before-break drains on GPUs that the snapshot, which counts
+    whole instances, shows as free (here four of one 8-GPU instance). A plan that fits the
+    snapshot takes them: the drain stops and nothing is rejected (it was refused as over
+    capacity, although the planner could not have known)."""
+    body = pool_toml(gpus_per_instance=8, instances=1)
+    body += online_job_toml(job_id="a") + online_job_toml(job_id="b")
+    world = build_world(tiny(body), seed=0, cfg=RELIABLE)
+    env = world.snapshot().pools[0].environment
+
+    def ladder(tp: int, replicas: int) -> Ladder:
+        return Ladder((Rank(Chain("Llama-3.1-8B", env, Config(tp=tp)), replicas),))
+
+    world.apply(Plan(0.0, [JobAction("a", ActionKind.PLACE, ladder(4, 1))]))
+    world.apply(Plan(0.0, [JobAction("a", ActionKind.RECONFIGURE, ladder(2, 1))]))
+    assert world.snapshot().pools[0].capacity_gpus == 8  # 2 shown, 4 draining, 6 free
+    place_b = JobAction("b", ActionKind.PLACE, ladder(2, 3))
+    result = world.apply(Plan(0.0, [JobAction("a", ActionKind.KEEP, ladder(2, 1)), place_b]))
+    assert result.rejected == ()
+    assert result.places == 1
+    assert world.cost_and_gpus(1.0)[1] == {"H100-SXM": 8}  # the drain gave its GPUs back
+
+
 def test_batch_job_finishes_and_meets_its_deadline(catalog: Catalog) -> None:
     r = run("smoke", over_provision(catalog.gpus, catalog.models), seed=0)
     (b,) = r.trace.batch
@@ -351,6 +374,32 @@ def test_batch_job_finishes_and_meets_its_deadline(catalog: Catalog) -> None:
     # Finished jobs leave the snapshot and release their GPUs.
     last = r.trace.ticks[-1]
     assert next(w for w in last.jobs if w.job_id == b.job_id).gpus == 0
+
+
+@pytest.mark.parametrize("requests", [1, 7])
+def test_a_batch_job_is_credited_with_no_more_work_than_it_has(requests: int) -> None:
+    """A sampled window's request stands for many (30 here at the least); the one that
+    finishes a small job stands only for the work that was left."""
+    body = (
+        pool_toml(instances=1)
+        + f"""
+[[jobs]]
+id = "tiny-batch"
+model = "Llama-3.2-1B"
+class = "batch"
+input = {{ mean = 600, cv = 0.5, max = 2048 }}
+output = {{ mean = 50, cv = 0.0, max = 100 }}
+requests = {requests}
+deadline_min = 20
+"""
+    )
+    r = run(tiny(body, minutes=20), Fixed(one_rank("Llama-3.2-1B")), seed=0, cfg=RELIABLE)
+    (b,) = r.trace.batch
+    assert b.completed_by_deadline == requests
+    assert b.output_tokens == pytest.approx(50 * requests)
+    finished = sum(w.finished for t in r.trace.ticks for w in t.jobs)
+    assert finished == pytest.approx(requests)
+    assert r.metrics.goodput_tok_s <= r.metrics.offered_tok_s * (1 + 1e-9)
 
 
 def test_driver_update_moves_observed_speed() -> None:

@@ -127,6 +127,9 @@ def test_missing_and_unknown_fields_are_named() -> None:
 def test_malformed_json_is_invalid_input() -> None:
     with pytest.raises(InvalidInput, match=r"snapshot\.json: not valid JSON \(line 1"):
         from_json("{jobs: ", ClusterSnapshot, where="snapshot.json")
+    # Valid JSON that the interpreter refuses to read (an integer of 5,001 digits).
+    with pytest.raises(InvalidInput, match=r"snapshot\.json: not valid JSON"):
+        from_json('{"time_s": ' + "9" * 5001 + "}", ClusterSnapshot, where="snapshot.json")
 
 
 def _numeric_leaves(data: Any, path: str = "") -> list[str]:

@@ -282,7 +282,13 @@ def check_planners(planners: Sequence[str], where: str = "--planners") -> None:
     from koi.baselines import EXTRA_PLANNERS, LLM_PLANNERS, PLANNERS
 
     known = (*PLANNERS, *EXTRA_PLANNERS)
+    if not planners:
+        raise InvalidInput(f"{where}: no planner given; choose from {list(known)}")
+    seen: set[str] = set()
     for p in planners:
+        if p in seen:  # two rows of one planner would read as two planners
+            raise InvalidInput(f"{where}: {p!r} is given twice")
+        seen.add(p)
         if p in LLM_PLANNERS:
             raise InvalidInput(f"{where}: {p!r} needs an LLM plugin, none is configured")
         if p not in known:

@@ -99,9 +99,9 @@ def _run(args: argparse.Namespace) -> int:
     )
 
     planners = (
-        [p.strip() for p in args.planners.split(",") if p.strip()]
-        if args.planners
-        else list(DEFAULT_PLANNERS)
+        list(DEFAULT_PLANNERS)
+        if args.planners is None
+        else [p.strip() for p in args.planners.split(",") if p.strip()]
     )
     executor = parse_executor(args.executor)
     out = Path(args.out)

@@ -76,6 +76,8 @@ def _pairs(items: list[str], flag: str) -> dict[str, str]:
 
 
 def _read(source: str) -> tuple[Any, str]:
+    from koi.types import parse_json
+
     where = "<stdin>" if source == "-" else source
     try:
         text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
@@ -84,13 +86,7 @@ def _read(source: str) -> tuple[Any, str]:
     except UnicodeDecodeError as exc:
         msg = f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})"
         raise InvalidInput(msg) from None
-    try:
-        return json.loads(text), where
-    except json.JSONDecodeError as exc:
-        msg = f"{where}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        raise InvalidInput(msg) from None
-    except RecursionError:
-        raise InvalidInput(f"{where}: JSON nested too deeply") from None
+    return parse_json(text, where=where), where
 
 
 def _precisions(data: Any) -> dict[str, Any]:

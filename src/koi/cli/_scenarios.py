@@ -35,10 +35,12 @@ def register(subparsers: Any) -> None:
 def summary(name_or_path: str) -> dict[str, Any]:
     """One scenario as a JSON-ready summary (pools resolved against the catalog)."""
     from koi.catalog import load_catalog
-    from koi.sim import load_scenario, resolve_pools
+    from koi.sim import check_names, load_scenario, resolve_pools
 
     sc = load_scenario(name_or_path)
-    pools = resolve_pools(sc, tuple(load_catalog().instances))
+    cat = load_catalog()
+    pools = resolve_pools(sc, tuple(cat.instances))
+    check_names(sc, pools, cat.gpus, cat.models)
     return {
         "name": sc.name,
         "description": sc.description,

@@ -129,6 +129,8 @@ def load_checkpoint(path: Path) -> Any:
         raise StateError(
             f"{path}: corrupt checkpoint ({exc.msg} at line {exc.lineno}){hint}"
         ) from None
+    except (ValueError, RecursionError) as exc:  # a number past the digit limit, deep nesting
+        raise StateError(f"{path}: corrupt checkpoint ({exc!r}){hint}") from None
     if not isinstance(data, dict) or "schema" not in data or "state" not in data:
         raise StateError(f"{path}: not a koi checkpoint{hint}")
     schema = data["schema"]

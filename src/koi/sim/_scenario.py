@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import importlib.resources
+import math
 import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -23,11 +24,14 @@ from koi.errors import InvalidInput, KoiError, read_text
 from koi.types import (
     DEFAULT_PRECISIONS,
     AdmissionPolicy,
+    Engine,
     Environment,
+    GpuSpec,
     Job,
     JobClass,
     LengthDist,
     Market,
+    ModelSpec,
     ObjectiveWeights,
     Pool,
     ServingTarget,
@@ -50,6 +54,7 @@ __all__ = [
     "EventKind",
     "PoolSpec",
     "Scenario",
+    "check_names",
     "load_scenario",
     "parse_scenario",
     "scenario_names",
@@ -64,6 +69,12 @@ class EventKind(enum.StrEnum):
     POOL_CHANGE = "pool_change"  # a pool shrinks or grows
     PREEMPTION = "preemption"  # spot instances of a pool vanish now
     DEGRADE = "degrade"  # replicas of a running job start to run slow
+
+
+def _flag(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    # TOML has booleans: a string such as "no" would otherwise count as true.
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{attribute.name}: must be true or false, got {value!r}")
 
 
 def _to_event_kind(value: Any) -> EventKind:
@@ -91,7 +102,7 @@ class PoolSpec:
     gpus_per_instance: int | None = attrs.field(default=None, validator=optional(positive_int))
     price_usd_per_h: float | None = attrs.field(default=None, validator=optional(non_negative))
     preemption_per_h: float | None = attrs.field(default=None, validator=optional(non_negative))
-    multi_node: bool | None = None
+    multi_node: bool | None = attrs.field(default=None, validator=optional(_flag))
 
     @property
     def id(self) -> str:
@@ -145,6 +156,22 @@ class PoolSpec:
         return Pool(attrs.evolve(env, **over), self.instances)
 
 
+#: The fields each kind of event reads (the others must keep their defaults).
+_EVENT_FIELDS = {
+    EventKind.DRIVER_UPDATE: {"at_s", "kind", "gpu", "engine", "speed"},
+    EventKind.WORKLOAD_DRIFT: {"at_s", "kind", "job", "input_scale", "output_scale", "rate_scale"},
+    EventKind.POOL_CHANGE: {"at_s", "kind", "pool", "instances"},
+    EventKind.PREEMPTION: {"at_s", "kind", "pool", "instances", "notice"},
+    EventKind.DEGRADE: {"at_s", "kind", "job", "slow"},
+}
+
+
+def _engine_name(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in {e.value for e in Engine}:
+        choices = ", ".join(e.value for e in Engine)
+        raise InvalidInput(f"{attribute.name}: must be one of {choices}, got {value!r}")
+
+
 @attrs.frozen
 class Event:
     """A scheduled change of the world at ``at_s`` seconds after the start.
@@ -160,7 +187,7 @@ class Event:
     at_s: float = attrs.field(validator=non_negative)
     kind: EventKind = attrs.field(converter=_to_event_kind, validator=one_of(EventKind))
     gpu: str | None = attrs.field(default=None, validator=optional(identifier))
-    engine: str | None = attrs.field(default=None, validator=optional(identifier))
+    engine: str | None = attrs.field(default=None, validator=optional(_engine_name))
     speed: float | None = attrs.field(default=None, validator=optional(positive))
     job: str | None = attrs.field(default=None, validator=optional(identifier))
     input_scale: float = attrs.field(default=1.0, validator=positive)
@@ -168,7 +195,7 @@ class Event:
     rate_scale: float = attrs.field(default=1.0, validator=positive)
     pool: str | None = attrs.field(default=None, validator=optional(identifier))
     instances: int | None = attrs.field(default=None, validator=optional(non_negative_int))
-    notice: bool = False
+    notice: bool = attrs.field(default=False, validator=_flag)
     slow: float = attrs.field(default=2.0, validator=positive)
 
     def __attrs_post_init__(self) -> None:
@@ -182,9 +209,16 @@ class Event:
         for key in need:
             if getattr(self, key) is None:
                 raise InvalidInput(f"{key}: required for a {self.kind.value} event")
+        # A key of another kind would be ignored without a word: refuse it.
+        for a in attrs.fields(Event):
+            if a.name not in _EVENT_FIELDS[self.kind] and getattr(self, a.name) != a.default:
+                raise InvalidInput(f"{a.name}: not a field of a {self.kind.value} event")
 
 
 MIN_TICK_S = 1.0
+#: The longest run a scenario may ask for (a month): the simulator's cost grows with it, and a
+#: typo such as 1e300 would otherwise run until killed.
+MAX_DURATION_S = 31 * 24 * 3600.0
 
 
 #: Kinds of hidden truth a scenario may ask for (docs/evaluation.md, "The truth model").
@@ -223,6 +257,9 @@ class Scenario:
         if self.tick_s > self.duration_s:
             msg = f"tick_s: must be <= duration ({self.duration_s}), got {self.tick_s}"
             raise InvalidInput(msg)
+        if self.duration_s > MAX_DURATION_S:
+            days = MAX_DURATION_S / 86400
+            raise InvalidInput(f"duration_s: must be at most {days:g} days, got {self.duration_s}")
         for k, e in enumerate(self.events):
             if e.pool is not None and e.pool not in pool_ids:
                 raise InvalidInput(f"events[{k}].pool: unknown pool {e.pool!r}")
@@ -230,9 +267,14 @@ class Scenario:
                 raise InvalidInput(f"events[{k}].job: unknown job {e.job!r}")
             if e.at_s >= self.duration_s:
                 raise InvalidInput(f"events[{k}].at_s: must be < duration, got {e.at_s}")
+        last_tick_s = (self.ticks - 1) * self.tick_s
         for k, j in enumerate(self.jobs):
-            if j.arrival_s >= self.duration_s:
-                raise InvalidInput(f"jobs[{k}].arrival_min: must be before the end of the run")
+            if j.arrival_s > last_tick_s:
+                # No planner would ever see the job: every planner would score 0 on it.
+                raise InvalidInput(
+                    f"jobs[{k}].arrival_min: must be at or before the last planning tick "
+                    f"(minute {last_tick_s / 60:g}), got minute {j.arrival_s / 60:g}"
+                )
 
     @property
     def ticks(self) -> int:
@@ -252,6 +294,26 @@ class Scenario:
     def gpu_count(self) -> int:
         """GPUs in the fleet at the start, for pools with a known instance size."""
         return sum(p.instances * (p.gpus_per_instance or 0) for p in self.pools)
+
+
+def check_names(
+    scenario: Scenario,
+    pools: Iterable[Pool],
+    gpus: Mapping[str, GpuSpec],
+    models: Mapping[str, ModelSpec],
+) -> None:
+    """Every model and GPU type ``scenario`` names (its jobs, its resolved ``pools``, its
+    driver updates) is in the catalog maps; the error names the entry."""
+    where = scenario.name
+    for k, j in enumerate(scenario.jobs):
+        if j.model not in models:
+            raise InvalidInput(f"{where}: jobs[{k}].model: unknown model {j.model!r}")
+    for k, p in enumerate(pools):
+        if p.environment.gpu not in gpus:
+            raise InvalidInput(f"{where}: pools[{k}].gpu: unknown GPU {p.environment.gpu!r}")
+    for k, e in enumerate(scenario.events):
+        if e.gpu is not None and e.gpu not in gpus:
+            raise InvalidInput(f"{where}: events[{k}].gpu: unknown GPU {e.gpu!r}")
 
 
 def _unique(what: str, ids: list[str]) -> None:
@@ -299,6 +361,8 @@ _JOB_KEYS = {
     "precisions",
     "admission",
 }
+_ONLINE_KEYS = ("rate_rps", "p99_ttft_ms", "p99_tpot_ms")
+_BATCH_KEYS = ("requests", "deadline_min")
 _LENGTH_KEYS = {"mean", "cv", "max"}
 _WEIGHT_KEYS = {f.name for f in attrs.fields(ObjectiveWeights)}
 
@@ -328,8 +392,12 @@ def _build(where: str, fn: Callable[[], Any]) -> Any:
 
 def _minutes(table: Mapping[str, Any], key: str, where: str, default: float = 0.0) -> float:
     value = table.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise InvalidInput(f"{where}.{key}: must be a number >= 0, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value < math.inf  # NaN fails too
+    ):
+        raise InvalidInput(f"{where}.{key}: must be a finite number >= 0, got {value!r}")
     return float(value) * 60.0
 
 
@@ -347,19 +415,24 @@ def _job(raw: Any, where: str) -> Job:
     for key in ("id", "model", "class", "input", "output"):
         if key not in t:
             raise InvalidInput(f"{where}.{key}: required")
-    online = t["class"] == JobClass.ONLINE.value
-    if t["class"] not in {c.value for c in JobClass}:
+    if t["class"] not in [c.value for c in JobClass]:
         raise InvalidInput(f"{where}.class: must be online or batch, got {t['class']!r}")
-    needed = ("rate_rps", "p99_ttft_ms", "p99_tpot_ms") if online else ("requests", "deadline_min")
+    online = t["class"] == JobClass.ONLINE.value
+    needed = _ONLINE_KEYS if online else _BATCH_KEYS
     for key in needed:
         if key not in t:
             raise InvalidInput(f"{where}.{key}: required for a {t['class']} job")
+    for key in _BATCH_KEYS if online else _ONLINE_KEYS:
+        if key in t:  # it would be ignored without a word
+            raise InvalidInput(f"{where}.{key}: not a key of a {t['class']} job")
     arrival_s = _minutes(t, "arrival_min", where)
+    input_len = _length(t["input"], f"{where}.input")
+    output_len = _length(t["output"], f"{where}.output")
     workload = _build(
         where,
         lambda: WorkloadProfile(
-            input_len=_length(t["input"], f"{where}.input"),
-            output_len=_length(t["output"], f"{where}.output"),
+            input_len=input_len,
+            output_len=output_len,
             arrival=t.get("arrival", "poisson"),
             rate_rps=t.get("rate_rps"),
             total_requests=t.get("requests"),
@@ -377,13 +450,15 @@ def _job(raw: Any, where: str) -> Job:
             ),
         )
     else:
-        deadline = arrival_s + _minutes(t, "deadline_min", where)
-        target = ServingTarget.batch(deadline_s=deadline)
+        due_in_s = _minutes(t, "deadline_min", where)
+        if due_in_s == 0:
+            raise InvalidInput(f"{where}.deadline_min: must be > 0 (minutes after arrival), got 0")
+        target = ServingTarget.batch(deadline_s=arrival_s + due_in_s)
     weights = ObjectiveWeights()
     if "weights" in t:
         w = _table(t["weights"], f"{where}.weights")
         _check_keys(w, _WEIGHT_KEYS, f"{where}.weights")
-        weights = _build(f"{where}.weights", lambda: ObjectiveWeights(**w))
+        weights = _build(where, lambda: ObjectiveWeights(**w))
     return _build(  # type: ignore[no-any-return]
         where,
         lambda: Job(
@@ -484,7 +559,7 @@ def parse_scenario(text: str, *, source: str = "<string>") -> Scenario:
         lambda: Scenario(
             name=head["name"],
             duration_s=duration,
-            tick_s=float(head.get("tick_s", 300.0)),
+            tick_s=head.get("tick_s", 300.0),
             pools=pools,
             jobs=jobs,
             events=events,

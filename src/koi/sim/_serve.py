@@ -239,7 +239,8 @@ class Serving:
             s.admitted = True
         batch_done = 0.0
         if ends:
-            batch_done = self._batch_progress(s, t0, e0, scale, ends, wts, outs)
+            batch_done, out_tok = self._batch_progress(s, t0, e0, scale, ends, wts, outs)
+            finished = batch_done
         online = job.is_online
         price = sum(len(d.held) * d.chain.price_usd_per_h for d in deps)
         return JobWindow(
@@ -267,9 +268,12 @@ class Serving:
         ends: list[np.ndarray],
         wts: list[np.ndarray],
         outs: list[np.ndarray],
-    ) -> float:
+    ) -> tuple[float, float]:
+        """The requests and output tokens this window adds to a batch job's progress."""
         total = float(s.job.workload.total_requests or 0)
-        deadline = s.job.target.deadline_s or math.inf
+        deadline = s.job.target.deadline_s
+        if deadline is None:
+            deadline = math.inf
         end = np.concatenate(ends)
         w = np.concatenate(wts)
         out = np.concatenate(outs)
@@ -281,16 +285,21 @@ class Serving:
         upto = int(np.searchsorted(cum, total, side="left")) + 1 if not need.all() else len(cum)
         upto = min(upto, len(cum))
         done_now = float(min(cum[upto - 1], total) - s.completed)
+        # The request that finishes the job stands only for the work that was left: a sampled
+        # request's weight may exceed it (one of 30 for a job of one request).
+        w = w[:upto].copy()
+        w[-1] -= max(float(cum[upto - 1]) - total, 0.0)
         in_time = world_t[:upto] <= deadline
-        s.by_deadline = min(total, s.by_deadline + float(w[:upto][in_time].sum()))
-        s.batch_tokens += float((w[:upto] * out[:upto]).sum())
+        s.by_deadline = min(total, s.by_deadline + float(w[in_time].sum()))
+        tokens = float((w * out[:upto]).sum())
+        s.batch_tokens += tokens
         s.completed += done_now
         if s.completed >= total - 1e-9:
             s.done_s = float(world_t[upto - 1])
             for d in s.deployments:
                 d.stop_s = s.done_s
         s.job = attrs.evolve(s.job, completed_requests=min(int(s.completed), int(total)))
-        return done_now
+        return done_now, tokens
 
     def _observe(
         self,

@@ -65,7 +65,8 @@ def observe(
         healthy = healthy and (math.isnan(ttft) or ttft <= cfg.unhealthy_ttft_factor * t_b)
     else:
         remaining, done = batch_left
-        left = (job.target.deadline_s or t1) - t1
+        deadline = job.target.deadline_s
+        left = (t1 if deadline is None else deadline) - t1
         rate = done / max(t1 - t0, 1e-9)
         need = remaining / rate if rate > 0 else (0.0 if remaining <= 0 else math.inf)
         margin = (left - need) / max(abs(left), tick_s)

@@ -18,12 +18,11 @@ from collections.abc import Collection, Mapping, Sequence
 import attrs
 import numpy as np
 
-from koi.errors import InvalidInput
 from koi.sim._capacity import capacity_at_limits, reference_cost_per_token, replica_capacity
 from koi.sim._config import SimConfig
 from koi.sim._deploy import Deployment, Replica
 from koi.sim._measured import MeasuredTruth
-from koi.sim._scenario import Event, EventKind, Scenario
+from koi.sim._scenario import Event, EventKind, Scenario, check_names
 from koi.sim._serve import Serving
 from koi.sim._state import JobState
 from koi.sim._trace import BatchRecord
@@ -111,12 +110,7 @@ class World(Serving):
         self.cfg = cfg or SimConfig()
         self.gpus = dict(gpus)
         self.models = dict(models)
-        for j in scenario.jobs:
-            if j.model not in self.models:
-                raise InvalidInput(f"jobs: job {j.id!r} uses unknown model {j.model!r}")
-        for p in pools:
-            if p.environment.gpu not in self.gpus:
-                raise InvalidInput(f"pools: pool {p.id!r} uses unknown GPU {p.environment.gpu!r}")
+        check_names(scenario, pools, self.gpus, self.models)
         self._truth: TruthModel | MeasuredTruth
         if scenario.world == "synthetic" or prior is not None:
             self._truth = TruthModel(seed, self.cfg.truth, prior=prior)
@@ -359,6 +353,25 @@ class World(Serving):
 
     # -- plans ------------------------------------------------------------------------------
 
+    def _stop_now(self, d: Deployment) -> None:
+        """``d`` stops now, its announced-preempted replicas included."""
+        d.stop_s = self.now
+        for r in d.replicas:
+            if r.vanish_s is None or r.vanish_s > self.now:
+                r.vanish_s = self.now
+            r.doomed = False
+
+    def _cut_drains(self, use: Counter[str]) -> None:
+        """Replaced chains drain only where there is room (make-before-break, as for a job's
+        own swap): in a pool whose plan, ``use``, leaves no room for them, they stop now."""
+        for pid, gpus in self._draining().items():
+            if self._fits(Counter({pid: use[pid] + gpus}), (pid,)) is None:
+                continue
+            for s in self._jobs.values():
+                for d in s.outgoing:
+                    if d.chain.environment.id == pid:
+                        self._stop_now(d)
+
     def apply(self, plan: Plan) -> ApplyResult:
         """Apply ``plan`` after the safety checks (C1 capacity, C2 feasibility and the job's
         precision policy, known pools).
@@ -393,8 +406,9 @@ class World(Serving):
             visible.values(),
             key=lambda s: (not releases(s), -s.job.priority, s.job.arrival_s, s.job.id),
         )
+        # Checked against what the snapshot shows: chains still draining hold GPUs the
+        # snapshot cannot show exactly (it counts whole instances), so they yield below.
         use = self._usage(shown=True)
-        use.update(self._draining())
         swaps = keeps = places = stops = 0
         changes: list[tuple[JobState, Ladder, bool]] = []
         stopped: list[JobState] = []
@@ -432,6 +446,8 @@ class World(Serving):
                 swaps += 1
         for s in stopped:
             self._stop(s)
+        self._cut_drains(use)
+        use.update(self._draining())
         launches = [self._change(s, ladder, use) for s, ladder, _ in changes]
         recycled = []
         for s in order:
@@ -557,12 +573,9 @@ class World(Serving):
             use.update(extra)
         for d in leaving:
             d.outgoing = True
-            d.stop_s = new_ready if make_before_break else self.now
+            d.stop_s = new_ready
             if not make_before_break:
-                for r in d.replicas:  # stopped now, announced-preempted ones included
-                    if r.vanish_s is None or r.vanish_s > self.now:
-                        r.vanish_s = self.now
-                    r.doomed = False
+                self._stop_now(d)
         s.outgoing.extend(leaving)
         s.deployments = keep
         s.since_s = self.now
@@ -748,7 +761,7 @@ class World(Serving):
                     requested_tokens=total * job.workload.output_len.mean,
                     completed_by_deadline=s.by_deadline,
                     done_s=s.done_s,
-                    deadline_s=job.target.deadline_s or math.inf,
+                    deadline_s=math.inf if job.target.deadline_s is None else job.target.deadline_s,
                     admitted=s.admitted,
                     output_tokens=s.batch_tokens,
                 )

@@ -19,7 +19,7 @@ from koi.types._enums import (
 )
 from koi.types._hardware import Environment, GpuSpec, Pool
 from koi.types._model import ModelSpec
-from koi.types._serde import from_data, from_json, to_data, to_json
+from koi.types._serde import from_data, from_json, parse_json, to_data, to_json
 from koi.types._snapshot import (
     ActiveDeployment,
     ClusterSnapshot,
@@ -83,6 +83,7 @@ __all__ = [
     "config_precision_verdict",
     "from_data",
     "from_json",
+    "parse_json",
     "precision_verdict",
     "to_data",
     "to_json",

@@ -11,7 +11,7 @@ from cattrs.errors import ClassValidationError, IterableValidationError
 from koi.errors import InvalidInput, KoiError
 from koi.types._enums import Quant
 
-__all__ = ["from_data", "from_json", "to_data", "to_json"]
+__all__ = ["from_data", "from_json", "parse_json", "to_data", "to_json"]
 
 T = TypeVar("T")
 
@@ -108,16 +108,24 @@ def to_json(value: object, *, indent: int | None = None) -> str:
     return json.dumps(to_data(value), indent=indent, sort_keys=False)
 
 
-def from_json(text: str, cls: type[T], *, where: str = "") -> T:
-    """Parse JSON text into ``cls``; malformed JSON or values raise :class:`InvalidInput`."""
+def parse_json(text: str, *, where: str = "") -> Any:
+    """``json.loads(text)``; malformed JSON raises :class:`InvalidInput` naming ``where``."""
     prefix = f"{where}: " if where else ""
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         msg = f"{prefix}not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         raise InvalidInput(msg) from None
     except RecursionError:
         raise InvalidInput(f"{prefix}JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer past the interpreter's digit limit
+        raise InvalidInput(f"{prefix}not valid JSON ({exc})") from None
+
+
+def from_json(text: str, cls: type[T], *, where: str = "") -> T:
+    """Parse JSON text into ``cls``; malformed JSON or values raise :class:`InvalidInput`."""
+    prefix = f"{where}: " if where else ""
+    data = parse_json(text, where=where)
     try:
         return from_data(data, cls, where=where)
     except RecursionError:
