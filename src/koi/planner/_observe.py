@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 
+import attrs
+
 from koi.errors import InvalidInput
 from koi.planner._input import checked_snapshot
 from koi.plugins import PluginHost
-from koi.types import ClusterSnapshot, GpuSpec, ModelSpec, Observation
+from koi.types import Chain, ClusterSnapshot, GpuSpec, ModelSpec, Observation
 
 __all__ = ["checked_observations", "collect_telemetry", "take_snapshot"]
 
@@ -21,21 +23,51 @@ def take_snapshot(
     models: Mapping[str, ModelSpec],
     max_jobs: int,
     deadline_s: float | None = None,
+    last_time_s: float | None = None,
 ) -> ClusterSnapshot:
     """S0: the given snapshot, else the ``koi_snapshot`` hooks' (by ``deadline_s``); checked
-    before anything changes."""
+    before anything changes.  A snapshot earlier than the last tick's (``last_time_s``) is
+    refused: the clock of the fleet cannot run back.  An equal time is a re-tick."""
     if snapshot is None:
         snapshot = host.snapshot(time.time(), deadline_s=deadline_s)
         if snapshot is None:
             raise InvalidInput("snapshot: none given and no koi_snapshot plugin answered")
-    return checked_snapshot(snapshot, gpus=gpus, models=models, max_jobs=max_jobs)
+    checked = checked_snapshot(snapshot, gpus=gpus, models=models, max_jobs=max_jobs)
+    if last_time_s is not None and checked.time_s < last_time_s:
+        raise InvalidInput(
+            f"snapshot.time_s: {checked.time_s} is earlier than the last tick's ({last_time_s})"
+        )
+    return checked
 
 
-def checked_observations(observations: Sequence[Observation]) -> list[Observation]:
+def checked_observations(
+    observations: Sequence[Observation], snapshot: ClusterSnapshot
+) -> list[Observation]:
+    """The telemetry given to a tick, checked before anything changes: each item an
+    :class:`Observation` whose fields still pass their validators, no window ending after
+    ``snapshot.time_s``, and no window (job, chain, start, end) given twice — it would be
+    counted twice."""
     out = list(observations)
+    seen: dict[tuple[str, Chain, float, float], int] = {}
     for k, o in enumerate(out):
         if not isinstance(o, Observation):
             raise InvalidInput(f"observations[{k}]: expected an Observation, got {o!r}")
+        try:
+            attrs.validate(o)  # the fields' validators, again: a frozen value can be forced
+        except InvalidInput as exc:
+            raise InvalidInput(f"observations[{k}].{exc}") from None
+        if o.end_s > snapshot.time_s:
+            raise InvalidInput(
+                f"observations[{k}].end_s: the window ends at {o.end_s}, after the "
+                f"snapshot's time_s {snapshot.time_s} (a window in the future)"
+            )
+        key = (o.job_id, o.chain, o.start_s, o.end_s)
+        first = seen.setdefault(key, k)
+        if first != k:
+            raise InvalidInput(
+                f"observations[{k}]: the same window as observations[{first}] (job "
+                f"{o.job_id!r}, [{o.start_s}, {o.end_s})) is given twice"
+            )
     return out
 
 

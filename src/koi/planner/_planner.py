@@ -240,8 +240,9 @@ class Planner:
             models=self.models,
             max_jobs=self.config.planner.max_jobs,
             deadline_s=deadline.plan_by,
+            last_time_s=self.state.last_time_s,
         )
-        given = checked_observations(observations or ())
+        given = checked_observations(observations or (), snapshot)
         # One memo generation per tick: the memos keep what this tick and the last one use.
         self.surrogate.age()
         watch.lap("S0_snapshot")

@@ -16,6 +16,7 @@ from koi.types.validators import (
     finite,
     fraction,
     identifier,
+    instance_of,
     non_negative,
     non_negative_int,
     non_negative_or_inf,
@@ -172,15 +173,15 @@ class Observation:
     """
 
     job_id: str = attrs.field(validator=identifier)
-    chain: Chain
+    chain: Chain = attrs.field(validator=instance_of(Chain))
     start_s: float = attrs.field(validator=non_negative)
     end_s: float = attrs.field(validator=non_negative)
     requests: int = attrs.field(validator=non_negative_int)
     completed: int = attrs.field(validator=non_negative_int)
     replicas_up: int = attrs.field(validator=non_negative_int)
-    outcomes: Outcomes
-    mediators: Mediators
-    healthy: bool = True
+    outcomes: Outcomes = attrs.field(validator=instance_of(Outcomes))
+    mediators: Mediators = attrs.field(validator=instance_of(Mediators))
+    healthy: bool = attrs.field(default=True, validator=instance_of(bool))
     missing: tuple[str, ...] = attrs.field(default=(), converter=_names, validator=_known_variables)
     resolution: tuple[Resolution, ...] = attrs.field(default=(), converter=to_tuple)
     replica_tpot_ms: tuple[tuple[str, float], ...] = attrs.field(

@@ -119,6 +119,18 @@ def one_of(kind: type[Any]) -> Validator:
     return check
 
 
+def instance_of(kind: type[Any]) -> Validator:
+    """An instance of ``kind`` itself: no duck typing, and for ``bool`` no ``0``/``1`` or NumPy
+    booleans.  The message names the type expected and the type given."""
+
+    def check(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind):
+            msg = f"{attribute.name}: expected {kind.__name__}, got {type(value).__name__}"
+            raise InvalidInput(msg)
+
+    return check
+
+
 def to_tuple(value: Any) -> tuple[Any, ...]:
     """Converter: lists become tuples so that value types stay hashable."""
     return tuple(value)
