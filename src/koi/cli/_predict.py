@@ -127,6 +127,15 @@ def _finite(x: Any) -> Any:
 ENGINES = ("vllm", "sglang", "trtllm")
 PROTOCOL_PRESETS = ("poisson", "inferencemax", "genai-perf-count", "genai-perf-steady")
 _LINKS = ("nvlink", "pcie", "pcie_no_p2p", "infinity_fabric")
+#: Clients a closed loop keeps in flight.  A replica's batch is capped at a few hundred to a
+#: few thousand sequences (vLLM's --max-num-seqs defaults to 256) and the replay simulates at
+#: most 64 replicas, so 64 x 1,024 clients keep every batch full and the rest only queue; the
+#: replay builds each of the run's 10 x C requests in memory (at this bound about 300 MB and
+#: seconds; --concurrency 100000000 ran out of memory).
+MAX_CONCURRENCY = 65_536
+#: Requests in a closed-loop run (``--requests``), each built in memory: the default run
+#: (10 x C) at the largest concurrency.
+MAX_REQUESTS = 10 * MAX_CONCURRENCY
 
 
 def _bad_input(args: argparse.Namespace) -> str | None:
@@ -145,10 +154,14 @@ def _bad_input(args: argparse.Namespace) -> str | None:
     for flag, value in positive:
         if value is not None and value < 1:
             return f"{flag}: must be an integer >= 1, got {value}"
+    if args.concurrency is not None and args.concurrency > MAX_CONCURRENCY:
+        return f"--concurrency: must be <= {MAX_CONCURRENCY}, got {args.concurrency}"
     if args.rate is not None and not (math.isfinite(args.rate) and args.rate > 0):
         return f"--rate: must be > 0 requests per second, got {args.rate}"
     if args.requests is not None and args.requests < 1:
         return f"--requests: must be an integer >= 1, got {args.requests}"
+    if args.requests is not None and args.requests > MAX_REQUESTS:
+        return f"--requests: must be <= {MAX_REQUESTS}, got {args.requests}"
     if args.length_spread is not None and not 0 <= args.length_spread < 1:
         return f"--length-spread: must be in [0, 1), got {args.length_spread}"
     if args.protocol is not None and args.protocol not in PROTOCOL_PRESETS:

@@ -9,12 +9,12 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.surrogate._analytic import estimate_closed_loop, estimate_open_loop
+from koi.surrogate._analytic import estimate_closed_loop, estimate_open_loop, saturation
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._memory import feasibility, node_gpu
 from koi.surrogate._predict import mediators_of, rank_load, workload_lengths
 from koi.surrogate._protocol import LoadProtocol
-from koi.surrogate._replay_adapter import replay_horizon, replay_protocol
+from koi.surrogate._replay_adapter import overload_horizon, replay_horizon, replay_protocol
 from koi.surrogate._substitute import ProfileSource, select_step_model
 from koi.types import Config, Environment, GpuSpec, ModelSpec
 
@@ -143,7 +143,14 @@ def predict_serving(
         est, mean_ttft, mean_tpot = run.estimate, run.mean_ttft_ms, run.mean_tpot_ms
     else:
         if rate_rps is not None:
-            est = estimate_open_loop(load, rate_rps / replicas, replay_horizon(rate_rps, cfg))
+            per_replica = rate_rps / replicas
+            capacity_rps = saturation(load)[1] / max(load.output_len.mean, 1.0)
+            horizon = (
+                overload_horizon(capacity_rps * replicas, cfg)
+                if per_replica > capacity_rps > 0
+                else replay_horizon(rate_rps, cfg)
+            )
+            est = estimate_open_loop(load, per_replica, horizon)
         else:
             assert concurrency is not None
             est = estimate_closed_loop(load, concurrency / replicas)

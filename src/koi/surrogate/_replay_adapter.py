@@ -16,8 +16,10 @@ from koi.surrogate._analytic import (
     RankLoad,
     Saturation,
     ServingEstimate,
+    backlog_over,
     estimate_closed_loop,
     estimate_open_loop,
+    saturation,
 )
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._protocol import LoadProtocol
@@ -211,6 +213,38 @@ def _burst_requests(
     ]
 
 
+def _overloaded_open_loop(
+    load: RankLoad, routing: Routing, replicas: int, rate: float, cfg: SurrogateConfig
+) -> ServingEstimate:
+    """Replay an open loop at ``rate`` requests/s; past saturation, its backlog in closed form.
+
+    A replay holds at most ``replay_max_requests`` arrivals, so far past saturation its window
+    (``replay_max_requests / rate``) shrank below one engine step: nothing finished in it and
+    no queue had time to age, and the prediction improved as the rate rose (1e8 req/s: 0 tok/s,
+    p99 TTFT = the floor).  Past saturation more arrivals only lengthen the queue, so every
+    overloaded rate is replayed at the saturation rate (throughput, batch and TPOT at
+    capacity, the same for all of them) and, as the planner does (:func:`backlog_over`), the
+    queue the excess grows is added in closed form over the horizon the prediction states:
+    ``replay_horizon_s`` stretched to hold ``replay_min_requests`` served requests, fixed past
+    saturation, so the p99 TTFT grows with the rate (docs/surrogate.md, "Replay").
+    """
+    sat = saturation(load)
+    out = max(load.output_len.mean, 1.0)
+    capacity = sat[1] * replicas / out  # requests/s the replicas complete at saturation
+    if rate <= capacity or capacity <= 0:
+        return replay_open_loop(load, routing, replicas, rate, cfg, sat=sat)
+    est = replay_open_loop(load, routing, replicas, capacity, cfg, sat=sat)
+    # The replay at the saturation rate grew no backlog (ran 0 s at ``rate``'s excess).
+    return backlog_over(est, rate / replicas * out, 0.0, overload_horizon(capacity, cfg))
+
+
+def overload_horizon(capacity_rps: float, cfg: SurrogateConfig) -> float:
+    """The horizon a prediction past saturation ages its queue over: ``replay_horizon_s``
+    stretched to hold ``replay_min_requests`` served requests (``capacity_rps`` of them a
+    second), the same for every overloaded rate."""
+    return max(cfg.replay_horizon_s, cfg.replay_min_requests / capacity_rps)
+
+
 def replay_protocol(
     load: RankLoad,
     routing: Routing,
@@ -229,7 +263,7 @@ def replay_protocol(
     TTFT; in a closed loop it also lengthens each client's cycle, which lowers throughput.
     """
     if protocol.rate_rps is not None:
-        est = replay_open_loop(load, routing, replicas, protocol.rate_rps, cfg)
+        est = _overloaded_open_loop(load, routing, replicas, protocol.rate_rps, cfg)
         est = attrs.evolve(
             est,
             p50_ttft_ms=est.p50_ttft_ms + floor_ms,
