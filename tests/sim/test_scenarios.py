@@ -236,10 +236,6 @@ _BATCH = (
             "jobs[0].class: must be online or batch",
         ),
         (
-            _head("") + online_job_toml(arrival_min=29),
-            "jobs[0].arrival_min: must be at or before the last planning tick (minute 25)",
-        ),
-        (
             _head("") + online_job_toml(inp=100).replace("max = 400", "max = 50"),
             "x: jobs[0].input.mean: must be <= max",
         ),
