@@ -14,6 +14,7 @@ import pytest
 from koi.errors import InvalidInput, KoiError
 from koi.planner import Planner
 from koi.planner._observe import checked_observations
+from koi.plugins import hookimpl
 from koi.testing.fakes import example_snapshot
 from koi.types import Chain, ClusterSnapshot, Mediators, Observation, Outcomes
 
@@ -218,3 +219,41 @@ def test_a_first_tick_may_start_at_any_time() -> None:
     planner = Planner()
     assert planner.state.last_time_s is None
     assert not planner.tick(_snapshot(0.0)).fallback
+
+
+# ---- 4. a plugin's window reported twice ------------------------------------------------------
+
+
+class _Echo:
+    """A second telemetry source that scrapes the same rank: it reports the window again."""
+
+    koi_plugin_name = "echo-telemetry"
+
+    def __init__(self, obs: Observation) -> None:
+        self.obs = obs
+
+    @hookimpl
+    def koi_collect_telemetry(self, ranks: object, window: tuple[float, float]) -> list[object]:
+        del ranks, window
+        return [self.obs]
+
+
+def test_a_window_a_plugin_reports_again_is_dropped_with_an_error() -> None:
+    """Not refused (a plugin's telemetry never stops the tick) but counted once: the planner
+    learns what a planner given the window once learns."""
+    obs = _observation(_snapshot(NOW))
+    learned = []
+    for plugins in ([], [_Echo(obs)]):
+        planner = Planner(plugins=plugins)
+        planner.tick(_snapshot(NOW - 300.0))
+        result = planner.tick(_snapshot(NOW), [obs])
+        assert not result.fallback, result.errors
+        dropped = [e for e in result.errors if "already reported" in e]
+        assert len(dropped) == len(plugins)
+        learned.append((planner.state.residuals, planner.state.corrections))
+    assert learned[0] == learned[1]
+    # The window is learned from (so a second copy would have weighed twice).
+    blind = Planner()
+    blind.tick(_snapshot(NOW - 300.0))
+    blind.tick(_snapshot(NOW))
+    assert learned[0] != (blind.state.residuals, blind.state.corrections)

@@ -61,8 +61,7 @@ def checked_observations(
                 f"observations[{k}].end_s: the window ends at {o.end_s}, after the "
                 f"snapshot's time_s {snapshot.time_s} (a window in the future)"
             )
-        key = (o.job_id, o.chain, o.start_s, o.end_s)
-        first = seen.setdefault(key, k)
+        first = seen.setdefault(_window(o), k)
         if first != k:
             raise InvalidInput(
                 f"observations[{k}]: the same window as observations[{first}] (job "
@@ -80,11 +79,32 @@ def collect_telemetry(
     deadline_s: float | None = None,
 ) -> list[Observation]:
     """S1: ``given`` plus what the telemetry hooks report for every deployed rank since the
-    last tick (nothing on the first tick)."""
+    last tick (nothing on the first tick).
+
+    A hook's window that repeats one already reported (two sources scraping one rank) is
+    dropped with an error: counted twice, it would weigh twice in learning.  (The plugin host
+    skips windows outside ``(since_s, time_s)``; a plugin's telemetry, unlike the caller's,
+    is never a reason to refuse the tick.)"""
     ranks = [(a.job_id, r) for a in snapshot.active for r in a.ladder.ranks]
     if not ranks or since_s is None or since_s >= snapshot.time_s:
         return list(given)
     batch = host.collect_telemetry(ranks, (since_s, snapshot.time_s), deadline_s=deadline_s)
     errors.extend(str(e) for e in batch.errors)
     errors.extend(f"telemetry skipped ({s.plugin}): {s.reason}" for s in batch.skipped)
-    return [*given, *batch.observations]
+    out = list(given)
+    seen = {_window(o) for o in out}
+    for o in batch.observations:
+        if _window(o) in seen:
+            errors.append(
+                f"telemetry dropped: job {o.job_id!r} window [{o.start_s}, {o.end_s}) of "
+                f"{o.chain.environment.id} was already reported"
+            )
+            continue
+        seen.add(_window(o))
+        out.append(o)
+    return out
+
+
+def _window(o: Observation) -> tuple[str, Chain, float, float]:
+    """What makes two observations the same window of the same rank."""
+    return (o.job_id, o.chain, o.start_s, o.end_s)
