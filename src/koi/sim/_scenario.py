@@ -77,6 +77,11 @@ def _flag(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None
         raise InvalidInput(f"{attribute.name}: must be true or false, got {value!r}")
 
 
+def _int_as_float(value: Any) -> Any:
+    # A TOML integer is a number of seconds too; anything else is left to the validator.
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 def _to_event_kind(value: Any) -> EventKind:
     try:
         return EventKind(value)
@@ -236,7 +241,7 @@ class Scenario:
 
     name: str = attrs.field(validator=identifier)
     duration_s: float = attrs.field(validator=positive)
-    tick_s: float = attrs.field(validator=positive)
+    tick_s: float = attrs.field(converter=_int_as_float, validator=positive)
     pools: tuple[PoolSpec, ...] = attrs.field(converter=to_tuple)
     jobs: tuple[Job, ...] = attrs.field(converter=to_tuple)
     events: tuple[Event, ...] = attrs.field(default=(), converter=to_tuple)
