@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from koi.baselines import koi_config, make_policy
@@ -48,3 +49,49 @@ def test_koi_planners_take_the_config_and_their_ablations_keep_their_switch() ->
     assert frozen.planner.config.planner.tau == 0.05
     assert frozen.planner.config.planner.learning is False
     assert make_policy("koi").planner.config == koi_config("koi", KoiConfig())
+
+
+@pytest.mark.parametrize(
+    ("knob", "value", "message"),
+    [
+        ("proposer.utilization_target", 0.0, r"utilization_target: must be in \(0, 1\]"),
+        ("proposer.retry_headroom", 1.5, r"retry_headroom: must be in \(0, 1\]"),
+        ("proposer.tp_options", [], "tp_options: must be a non-empty list of integers >= 1"),
+        ("proposer.tp_options", [0, -1], "tp_options: must be a non-empty list"),
+        ("proposer.batch_options", ["a"], "batch_options: must be a non-empty list"),
+        ("proposer.max_replicas", 0, "max_replicas: must be an integer >= 1"),
+        ("budget.extra_pools", -1, "extra_pools: must be an integer >= 0"),
+        ("risk.upper_quantile", 0.5, r"upper_quantile: must be > 0.5"),
+        ("surrogate.seed", -1, "seed: must be an integer >= 0"),
+        ("surrogate.default_engine", "tgi", "default_engine: must be one of vllm"),
+        ("surrogate.replay_min_requests", 5000, "replay_min_requests: must be <= replay_max"),
+        ("surrogate.efficiency", [1], "efficiency: must map names to Efficiency"),
+        ("scoring.load_gb_s_by_gpu", [["L4"]], "load_gb_s_by_gpu: must map GPU names"),
+    ],
+)
+def test_values_a_tick_cannot_use_are_refused_when_the_config_is_built(
+    knob: str, value: object, message: str
+) -> None:
+    """Each was accepted before and every tick then fell back with an internal error (a
+    division by zero, an empty enumeration, a negative random seed), or the config raised a
+    bare TypeError (a fuzzing round; docs/reliability.md)."""
+    with pytest.raises(InvalidInput, match=message):
+        with_knobs(KoiConfig(), {knob: value})
+
+
+@pytest.mark.parametrize("field", ["make_room", "learning", "causal_graph", "spread_best_effort"])
+def test_switches_take_only_true_or_false(field: str) -> None:
+    for value in ("3", None, 1):
+        with pytest.raises(InvalidInput, match=f"{field}: expected bool"):
+            attrs.evolve(KoiConfig().planner, **{field: value})
+
+
+def test_an_optional_knob_that_is_off_can_be_set() -> None:
+    """``slow_replica_ratio`` is None by default; a sweep or an agent file turns it on."""
+    cfg = with_knobs(KoiConfig(), {"planner.slow_replica_ratio": 1.5})
+    assert cfg.planner.slow_replica_ratio == 1.5
+    assert (
+        with_knobs(KoiConfig(), {"planner.slow_replica_ratio": 2}).planner.slow_replica_ratio == 2.0
+    )
+    with pytest.raises(InvalidInput, match="slow_replica_ratio: must be > 1"):
+        with_knobs(KoiConfig(), {"planner.slow_replica_ratio": 0.5})

@@ -23,6 +23,7 @@ from koi.surrogate import SurrogateConfig
 from koi.types.validators import (
     above_one,
     fraction,
+    instance_of,
     non_negative,
     non_negative_int,
     optional,
@@ -97,15 +98,15 @@ class PlannerConfig:
     backlog_drain: float = attrs.field(default=1.0, validator=non_negative)
     max_jobs: int = attrs.field(default=1000, validator=positive_int)
     tick_deadline_s: float | None = attrs.field(default=120.0, validator=optional(positive))
-    make_room: bool = True
+    make_room: bool = attrs.field(default=True, validator=instance_of(bool))
     make_room_jobs: int = attrs.field(default=4, validator=non_negative_int)
     best_effort_candidates: int = attrs.field(default=2, validator=non_negative_int)
     refusal_margin: float = attrs.field(default=1.0, validator=non_negative)
-    spread_best_effort: bool = False
+    spread_best_effort: bool = attrs.field(default=False, validator=instance_of(bool))
     slow_replica_ratio: float | None = attrs.field(default=None, validator=optional(above_one))
     review_every: int = attrs.field(default=4, validator=positive_int)
-    learning: bool = True
-    causal_graph: bool = True
+    learning: bool = attrs.field(default=True, validator=instance_of(bool))
+    causal_graph: bool = attrs.field(default=True, validator=instance_of(bool))
 
 
 @attrs.frozen
@@ -168,6 +169,11 @@ def _knob_value(path: str, default: object, value: object) -> object:
     for a float), or :class:`InvalidInput` naming the knob."""
     if attrs.has(type(default)):
         raise InvalidInput(f"knob {path!r}: is a section; name one of its fields")
+    if default is None:
+        # An optional field that is off (``slow_replica_ratio``, a time limit): its validator
+        # judges the value; a TOML integer stands for a float as elsewhere.
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        return float(value) if is_int else value  # type: ignore[arg-type]
     if isinstance(default, bool) or isinstance(value, bool):
         ok = isinstance(default, bool) and isinstance(value, bool)
     elif isinstance(default, float):

@@ -66,6 +66,7 @@ def test_malformed_config_names_file_and_key(tmp_path: Path, text: str, needle: 
     ("plugin", "needle"),
     [
         ("use = 'koi_nowhere:Fleet'", "plugins[0].use: cannot import 'koi_nowhere'"),
+        ("use = ':Fleet'", "plugins[0].use: cannot import ''"),
         ("use = 'koi.agent:Nothing'", "plugins[0].use: 'koi.agent' has no attribute 'Nothing'"),
         ("use = 'no-such-entry-point'", "plugins[0].use: no entry point 'no-such-entry-point'"),
         (

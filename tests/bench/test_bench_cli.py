@@ -142,6 +142,8 @@ def test_bad_planner_and_scenario_fail_cleanly(
     assert len(err.splitlines()) == 1
     assert main(["bench", "--scenario", "smoke", "--jobs", "0", "--out", str(out)]) == 2
     assert len(capsys.readouterr().err.splitlines()) == 1
+    assert main(["bench", "--scenario", "smoke", "--seeds", str(10**11), "--out", str(out)]) == 2
+    assert "seeds: must be in [1, 10000]" in capsys.readouterr().err
     # An empty list is not "every planner", and a planner twice is not two planners.
     for planners, what in (
         (",", "no planner given"),

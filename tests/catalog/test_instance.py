@@ -75,6 +75,7 @@ def test_environments_cover_regions_times_markets() -> None:
     ("over", "match"),
     [
         ({"regions": []}, "regions: must list at least one region"),
+        ({"regions": "us-east-1"}, "regions: must be a list of region names"),  # not letters
         ({"regions": ["a", "a"]}, "regions: must not repeat"),
         ({"regions": [" a"]}, "regions: must be non-empty names"),
         ({"gpus_per_instance": 0}, "gpus_per_instance: must be an integer >= 1"),

@@ -208,7 +208,7 @@ def _resolve(spec: PluginSpec, source: str) -> object:
         module_name, _, attr = spec.use.partition(":")
         try:
             obj: object = importlib.import_module(module_name)
-        except ImportError as exc:
+        except (ImportError, ValueError) as exc:  # ValueError: an empty module name
             raise _fail(source, key, f"cannot import {module_name!r} ({exc})") from None
         for part in attr.split(".") if attr else ():
             try:

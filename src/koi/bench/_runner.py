@@ -23,6 +23,7 @@ __all__ = [
     "DEVELOPMENT_SEEDS",
     "EVERY_REQUEST",
     "HELD_OUT_SEED_START",
+    "MAX_SEEDS",
     "METRICS",
     "BenchResult",
     "RunTask",
@@ -277,6 +278,11 @@ def aggregate(
     return out
 
 
+#: The most seeds one bench or sweep runs: far more than any comparison needs (each is a run
+#: of every planner), and a typo such as 10**16 would otherwise exhaust memory listing them.
+MAX_SEEDS = 10_000
+
+
 def check_planners(planners: Sequence[str], where: str = "--planners") -> None:
     """:class:`InvalidInput` naming ``where`` unless every planner is a runnable built-in."""
     from koi.baselines import EXTRA_PLANNERS, LLM_PLANNERS, PLANNERS
@@ -324,8 +330,8 @@ def run_bench(
     so a deterministic planner's spread is the world's.  ``replay_requests`` is the world's
     sampling (:class:`RunTask`): more is closer to replaying every request, and slower.
     """
-    if seeds < 1:
-        raise InvalidInput(f"seeds: must be >= 1, got {seeds}")
+    if not 1 <= seeds <= MAX_SEEDS:
+        raise InvalidInput(f"seeds: must be in [1, {MAX_SEEDS}], got {seeds}")
     if seed_start < 0:
         raise InvalidInput(f"seed-start: must be >= 0, got {seed_start}")
     check_jobs(jobs)

@@ -33,6 +33,7 @@ import attrs
 
 from koi.bench._executor import ExecutorSpec
 from koi.bench._runner import (
+    MAX_SEEDS,
     METRICS,
     RunTask,
     aggregate,
@@ -108,8 +109,8 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> list[tuple[str, Any]
 
 def _seeds(value: object, source: str) -> tuple[int, ...]:
     if isinstance(value, int) and not isinstance(value, bool):
-        if value < 1:
-            raise InvalidInput(f"{source}: sweep.seeds: must be >= 1, got {value}")
+        if not 1 <= value <= MAX_SEEDS:
+            raise InvalidInput(f"{source}: sweep.seeds: must be in [1, {MAX_SEEDS}], got {value}")
         return tuple(range(value))
     if (
         isinstance(value, list)

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
-from koi.types.validators import fraction
+from koi.types.validators import (
+    fraction,
+    non_negative,
+    non_negative_int,
+    positive_int,
+    positive_ints,
+    share,
+)
 
 __all__ = ["ProposerConfig"]
+
+
+def _options(value: Any) -> Any:
+    # A list from a TOML file or a sweep is an enumeration as well; anything else is left to
+    # the validator (a string would otherwise be read letter by letter).
+    return tuple(value) if isinstance(value, list) else value
 
 
 @attrs.frozen
@@ -35,18 +50,24 @@ class ProposerConfig:
     untested ones get an in-scope ladder.
     """
 
-    tp_options: tuple[int, ...] = (1, 2, 4, 8)
-    pp_options: tuple[int, ...] = (1, 2)
-    batch_options: tuple[int, ...] = (64, 256)
+    tp_options: tuple[int, ...] = attrs.field(
+        default=(1, 2, 4, 8), converter=_options, validator=positive_ints
+    )
+    pp_options: tuple[int, ...] = attrs.field(
+        default=(1, 2), converter=_options, validator=positive_ints
+    )
+    batch_options: tuple[int, ...] = attrs.field(
+        default=(64, 256), converter=_options, validator=positive_ints
+    )
     cache_fit_share: float = attrs.field(default=0.8, validator=fraction)
-    utilization_target: float = 0.7
-    batch_deadline_margin: float = 0.8
-    max_replicas: int = 64
-    exploration: int = 2
-    retry_headroom: float = 0.75
-    memo_size: int = 4096
-    focus_moves: int = 3
-    focus_min_confidence: float = 0.05
-    risk_margin: float = 0.15
-    mechanism_min_confidence: float = 0.6
-    mechanism_tests: int = 1
+    utilization_target: float = attrs.field(default=0.7, validator=share)
+    batch_deadline_margin: float = attrs.field(default=0.8, validator=share)
+    max_replicas: int = attrs.field(default=64, validator=positive_int)
+    exploration: int = attrs.field(default=2, validator=non_negative_int)
+    retry_headroom: float = attrs.field(default=0.75, validator=share)
+    memo_size: int = attrs.field(default=4096, validator=positive_int)
+    focus_moves: int = attrs.field(default=3, validator=non_negative_int)
+    focus_min_confidence: float = attrs.field(default=0.05, validator=fraction)
+    risk_margin: float = attrs.field(default=0.15, validator=non_negative)
+    mechanism_min_confidence: float = attrs.field(default=0.6, validator=fraction)
+    mechanism_tests: int = attrs.field(default=1, validator=non_negative_int)

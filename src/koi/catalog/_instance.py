@@ -22,7 +22,14 @@ from koi.types.validators import (
 __all__ = ["InstanceType"]
 
 
+def _region_list(value: Any) -> Any:
+    # A string is one region written without brackets, not a list of letters.
+    return value if isinstance(value, str) else to_tuple(value)
+
+
 def _regions(_inst: object, attribute: attrs.Attribute[Any], value: tuple[object, ...]) -> None:
+    if not isinstance(value, tuple):
+        raise InvalidInput(f"{attribute.name}: must be a list of region names, got {value!r}")
     if not value:
         raise InvalidInput(f"{attribute.name}: must list at least one region, got []")
     for region in value:
@@ -72,7 +79,7 @@ class InstanceType:
     name: str = attrs.field(validator=identifier)
     gpu: str = attrs.field(validator=identifier)
     gpus_per_instance: int = attrs.field(validator=positive_int)
-    regions: tuple[str, ...] = attrs.field(converter=to_tuple, validator=_regions)
+    regions: tuple[str, ...] = attrs.field(converter=_region_list, validator=_regions)
     on_demand_usd_per_h: float | None = attrs.field(default=None, validator=optional(positive))
     spot_usd_per_h: float | None = attrs.field(default=None, validator=optional(positive))
     reserved_usd_per_h: float | None = attrs.field(default=None, validator=optional(positive))

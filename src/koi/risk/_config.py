@@ -54,3 +54,9 @@ class RiskConfig:
         if self.lower_quantile >= self.upper_quantile:
             msg = f"lower_quantile: must be < upper_quantile ({self.upper_quantile})"
             raise InvalidInput(f"{msg}, got {self.lower_quantile}")
+        # The band's prior width divides by the upper quantile's normal score: it needs a side
+        # above the median (and the lower quantile one below it).
+        if self.upper_quantile <= 0.5:
+            raise InvalidInput(f"upper_quantile: must be > 0.5, got {self.upper_quantile}")
+        if self.lower_quantile >= 0.5:
+            raise InvalidInput(f"lower_quantile: must be < 0.5, got {self.lower_quantile}")

@@ -20,7 +20,11 @@ def _rho(_inst: object, attribute: attrs.Attribute[Any], value: float) -> None:
 
 def _bandwidths(value: Any) -> tuple[tuple[str, float], ...]:
     items = value.items() if hasattr(value, "items") else value
-    return tuple(sorted((str(k), float(v)) for k, v in items))
+    try:
+        return tuple(sorted((str(k), float(v)) for k, v in items))
+    except (TypeError, ValueError):
+        msg = f"load_gb_s_by_gpu: must map GPU names to GB/s, got {value!r}"
+        raise InvalidInput(msg) from None
 
 
 @attrs.frozen

@@ -14,6 +14,7 @@ from koi.errors import InvalidInput, SolverError
 from koi.selector._formulate import MilpArrays
 from koi.selector._highs import solve_milp
 from koi.selector._model import PoolCapacity
+from koi.types.validators import fraction, non_negative, non_negative_int
 
 __all__ = ["BudgetBook", "BudgetBooks", "BudgetConfig", "JobDemand"]
 
@@ -53,9 +54,9 @@ class BudgetConfig:
     ``headroom``: ``max_gpus`` slack over the GPUs needed in the book's pools; ``min_share``:
     LP share below which an allocation is ignored."""
 
-    extra_pools: int = 2
-    headroom: float = 0.25
-    min_share: float = 1e-3
+    extra_pools: int = attrs.field(default=2, validator=non_negative_int)
+    headroom: float = attrs.field(default=0.25, validator=non_negative)
+    min_share: float = attrs.field(default=1e-3, validator=fraction)
 
 
 @attrs.frozen

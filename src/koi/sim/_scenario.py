@@ -24,7 +24,6 @@ from koi.errors import InvalidInput, KoiError, read_text
 from koi.types import (
     DEFAULT_PRECISIONS,
     AdmissionPolicy,
-    Engine,
     Environment,
     GpuSpec,
     Job,
@@ -39,6 +38,7 @@ from koi.types import (
     to_market,
 )
 from koi.types.validators import (
+    engine_name,
     identifier,
     non_negative,
     non_negative_int,
@@ -171,12 +171,6 @@ _EVENT_FIELDS = {
 }
 
 
-def _engine_name(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if value not in {e.value for e in Engine}:
-        choices = ", ".join(e.value for e in Engine)
-        raise InvalidInput(f"{attribute.name}: must be one of {choices}, got {value!r}")
-
-
 @attrs.frozen
 class Event:
     """A scheduled change of the world at ``at_s`` seconds after the start.
@@ -192,7 +186,7 @@ class Event:
     at_s: float = attrs.field(validator=non_negative)
     kind: EventKind = attrs.field(converter=_to_event_kind, validator=one_of(EventKind))
     gpu: str | None = attrs.field(default=None, validator=optional(identifier))
-    engine: str | None = attrs.field(default=None, validator=optional(_engine_name))
+    engine: str | None = attrs.field(default=None, validator=optional(engine_name))
     speed: float | None = attrs.field(default=None, validator=optional(positive))
     job: str | None = attrs.field(default=None, validator=optional(identifier))
     input_scale: float = attrs.field(default=1.0, validator=positive)

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
 from koi.errors import InvalidInput
 from koi.types import Config
-from koi.types.validators import fraction, non_negative, positive, positive_int
+from koi.types.validators import (
+    engine_name,
+    finite,
+    fraction,
+    instance_of,
+    non_negative,
+    non_negative_int,
+    positive,
+    positive_int,
+)
 
 __all__ = [
     "Collective",
@@ -135,19 +144,38 @@ class EngineProfile:
     )
 
 
-def _efficiency_table(value: Any) -> tuple[tuple[str, Efficiency], ...]:
+T = TypeVar("T")
+
+
+def _named(value: Any, name: str, kind: type[T]) -> tuple[tuple[str, T], ...]:
+    """A mapping (or its items) of names to ``kind``, sorted by name; anything else is
+    :class:`InvalidInput` naming ``name``."""
     items = value.items() if isinstance(value, Mapping) else value
-    return tuple(sorted((str(k), v) for k, v in items))
+    try:
+        pairs = [(k, v) for k, v in items]
+    except (TypeError, ValueError):
+        msg = f"{name}: must map names to {kind.__name__}, got {value!r}"
+        raise InvalidInput(msg) from None
+    for k, v in pairs:
+        if not isinstance(k, str) or not isinstance(v, kind):
+            raise InvalidInput(f"{name}[{k!r}]: must be a {kind.__name__}, got {v!r}")
+    return tuple(sorted(pairs))
+
+
+def _efficiency_table(value: Any) -> tuple[tuple[str, Efficiency], ...]:
+    return _named(value, "efficiency", Efficiency)
+
+
+def _gpu_efficiency_table(value: Any) -> tuple[tuple[str, Efficiency], ...]:
+    return _named(value, "gpu_efficiency", Efficiency)
 
 
 def _engine_table(value: Any) -> tuple[tuple[str, EngineProfile], ...]:
-    items = value.items() if isinstance(value, Mapping) else value
-    return tuple(sorted((str(k), v) for k, v in items))
+    return _named(value, "engines", EngineProfile)
 
 
 def _collective_table(value: Any) -> tuple[tuple[str, Collective], ...]:
-    items = value.items() if isinstance(value, Mapping) else value
-    return tuple(sorted((str(k), v) for k, v in items))
+    return _named(value, "collectives", Collective)
 
 
 # NVIDIA: engineering priors, checked on the fit split; AMD: grid-fitted on the fit split's
@@ -219,12 +247,12 @@ class SurrogateConfig:
         factory=lambda: _efficiency_table(_VENDORS), converter=_efficiency_table
     )
     gpu_efficiency: tuple[tuple[str, Efficiency], ...] = attrs.field(
-        factory=lambda: _efficiency_table(_GPUS), converter=_efficiency_table
+        factory=lambda: _gpu_efficiency_table(_GPUS), converter=_gpu_efficiency_table
     )
     engines: tuple[tuple[str, EngineProfile], ...] = attrs.field(
         factory=lambda: _engine_table(_ENGINES), converter=_engine_table
     )
-    default_engine: str = "vllm"
+    default_engine: str = attrs.field(default="vllm", validator=engine_name)
     collectives: tuple[tuple[str, Collective], ...] = attrs.field(
         factory=lambda: _collective_table(_COLLECTIVES), converter=_collective_table
     )
@@ -240,7 +268,7 @@ class SurrogateConfig:
     pp_imbalance: float = attrs.field(default=0.08, validator=fraction)
     # INT4 weights run W4A16 / W4A8 kernels in serving engines, not INT4 tensor-core math;
     # set True to credit the GPU's INT4 TFLOPS (W4A4 kernels).
-    int4_activations: bool = False
+    int4_activations: bool = attrs.field(default=False, validator=instance_of(bool))
     # Closed loop with fixed lengths: weight of the lock-step limit (log-space blend with the
     # fully dispersed limit).  Chosen by inspection; see docs/surrogate.md, "Accuracy".
     closed_loop_sync_weight: float = attrs.field(default=0.5, validator=fraction)
@@ -248,7 +276,7 @@ class SurrogateConfig:
     replay_horizon_s: float = attrs.field(default=30.0, validator=positive)
     replay_min_requests: int = attrs.field(default=300, validator=positive_int)
     replay_max_requests: int = attrs.field(default=1500, validator=positive_int)
-    use_replay: bool = True
+    use_replay: bool = attrs.field(default=True, validator=instance_of(bool))
     # The recompute collapse of chunk-admitting engines (docs/surrogate.md, "Recompute
     # collapse"): requests over which a replica must be unlikely to start one (the shortest
     # replay's), and the over-dispersion of the requests in a replica; fitted to the replay.
@@ -256,7 +284,7 @@ class SurrogateConfig:
     collapse_dispersion: float = attrs.field(default=6.0, validator=positive)
     # Ladders whose closed-form SLO margin is below this are clearly infeasible or overloaded:
     # they keep the screen's prediction and skip the replay (the "short list" rule).
-    replay_min_margin: float = -0.5
+    replay_min_margin: float = attrs.field(default=-0.5, validator=finite)
     # A rank of n replicas is replayed with min(n, replay_max_replicas) replicas at the same
     # per-replica load (routing pools a few replicas; more add little and cost linearly).
     replay_max_replicas: int = attrs.field(default=2, validator=positive_int)
@@ -269,11 +297,17 @@ class SurrogateConfig:
     # --block-size 16; SGLang's radix cache reuses single tokens, so this is the coarser of the
     # two).
     prefix_block_tokens: int = attrs.field(default=16, validator=positive_int)
-    seed: int = 0
+    seed: int = attrs.field(default=0, validator=non_negative_int)
 
     def __attrs_post_init__(self) -> None:
         if self.min_slo_margin >= 0:
             msg = f"min_slo_margin: must be < 0, got {self.min_slo_margin}"
+            raise InvalidInput(msg)
+        if self.replay_min_requests > self.replay_max_requests:
+            msg = (
+                f"replay_min_requests: must be <= replay_max_requests "
+                f"({self.replay_max_requests}), got {self.replay_min_requests}"
+            )
             raise InvalidInput(msg)
 
     def efficiency_for(self, gpu: str, vendor: str) -> Efficiency:

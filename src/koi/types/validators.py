@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from koi.errors import InvalidInput
+from koi.types._enums import Engine
 
 Validator = Callable[[Any, "attrs.Attribute[Any]", Any], None]
 
@@ -70,6 +71,21 @@ def fraction(_inst: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise _fail(attribute, "in [0, 1]", value)
 
 
+def share(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A number in (0, 1]: a share that must leave something."""
+    v = _number(attribute, value)
+    if not 0 < v <= 1:
+        raise _fail(attribute, "in (0, 1]", value)
+
+
+def positive_ints(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A non-empty tuple of integers >= 1 (an enumeration's options)."""
+    if not isinstance(value, tuple) or not value:
+        raise _fail(attribute, "a non-empty list of integers >= 1", value)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        raise _fail(attribute, "a non-empty list of integers >= 1", value)
+
+
 def optional(validator: Validator) -> Validator:
     """Apply ``validator`` unless the value is ``None``."""
 
@@ -129,6 +145,12 @@ def instance_of(kind: type[Any]) -> Validator:
             raise InvalidInput(msg)
 
     return check
+
+
+def engine_name(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """The name of an engine of the closed set :class:`koi.types.Engine`."""
+    if value not in {e.value for e in Engine}:
+        raise _fail(attribute, f"one of {', '.join(e.value for e in Engine)}", value)
 
 
 def to_tuple(value: Any) -> tuple[Any, ...]:
