@@ -158,6 +158,15 @@ def test_sweep_command_writes_json_lines_and_a_table_per_scenario(
             "[sweep]\nscenarios = ['smoke']\nplanners = ['koi']\nreplay_requests = 'some'\n",
             "sweep.replay_requests",
         ),
+        (
+            WALL_CLOCK_KNOB.replace("selector.time_limit_s", "'planner.tau'")
+            + "planner.tau = [0.3]\n",
+            "knobs.planner.tau: given twice",
+        ),
+        (
+            "[sweep]\nscenarios = ['smoke']\nplanners = ['koi']\nseeds = 10000000000000000\n",
+            r"sweep.seeds: must be in \[1, 10000\]",
+        ),
         (WALL_CLOCK_KNOB, "without wall-clock limits"),
         (WALL_CLOCK_KNOB.replace("selector.time_limit_s", "planner.tick_deadline_s"), "wall-clock"),
     ],

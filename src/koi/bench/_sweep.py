@@ -169,6 +169,8 @@ def parse_sweep(text: str, *, source: str = "<sweep>") -> Sweep:
     check_planners(planners, where=f"{source}: sweep.planners")
     knobs: list[tuple[str, tuple[Any, ...]]] = []
     for path, value in _flatten(doc.get("knobs", {})):
+        if any(path == known for known, _ in knobs):  # "planner.tau" and [knobs.planner] tau
+            raise InvalidInput(f"{source}: knobs.{path}: given twice")
         if path in _WALL_CLOCK_KNOBS:
             raise InvalidInput(
                 f"{source}: knobs.{path}: koi bench runs without wall-clock limits (a run must "
