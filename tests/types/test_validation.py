@@ -180,3 +180,29 @@ def test_negative_telemetry_is_named(obs: Observation, data: st.DataObject) -> N
 
 def test_empty_ladder_is_valid_and_round_trips() -> None:
     assert from_data(to_data(Ladder()), Ladder) == Ladder()
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: LengthDist(mean=100, cv=1e308), r"cv: must be in \[0, 100\]"),
+        (lambda: ObjectiveWeights(ttft=1e308), r"ttft: must be in \[0, 1e\+06\]"),
+        (
+            lambda: attrs.evolve(next(iter(example_models().values())), params_b=1e308),
+            r"params_b: must be in \[0, 100000\]",
+        ),
+        (
+            lambda: attrs.evolve(next(iter(example_gpus().values())), memory_gib=1e308),
+            r"memory_gib: must be in \[0, 100000\]",
+        ),
+        (
+            lambda: attrs.evolve(example_snapshot().active[0].ladder.ranks[0], replicas=2**63),
+            r"replicas: must be an integer in \[1, 2147483648\]",
+        ),
+    ],
+)
+def test_finite_but_absurd_values_are_refused_where_they_enter(build: Any, message: str) -> None:
+    """A fuzzing round's cases: each passed the finiteness checks and then overflowed inside a
+    tick, which fell back to the safe plan instead of naming the field."""
+    with pytest.raises(InvalidInput, match=message):
+        build()

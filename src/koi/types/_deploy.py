@@ -10,8 +10,16 @@ import attrs
 
 from koi.errors import InvalidInput
 from koi.types._enums import Engine, Quant, Routing, to_engine, to_quant, to_routing
-from koi.types._hardware import Environment
-from koi.types.validators import fraction, identifier, one_of, optional, positive_int, to_tuple
+from koi.types._hardware import MAX_COUNT, Environment
+from koi.types.validators import (
+    fraction,
+    identifier,
+    int_in,
+    one_of,
+    optional,
+    positive_int,
+    to_tuple,
+)
 
 __all__ = ["KV_CACHE_DTYPES", "Chain", "Config", "Ladder", "Rank"]
 
@@ -99,7 +107,7 @@ class Rank:
     """``replicas`` identical copies of one chain."""
 
     chain: Chain
-    replicas: int = attrs.field(default=1, validator=positive_int)
+    replicas: int = attrs.field(default=1, validator=[positive_int, int_in(1, MAX_COUNT)])
 
     @property
     def gpus(self) -> int:

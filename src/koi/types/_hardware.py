@@ -9,6 +9,7 @@ from koi.types.validators import (
     identifier,
     int_in,
     non_negative,
+    number_in,
     one_of,
     optional,
     positive,
@@ -20,6 +21,8 @@ __all__ = ["MAX_COUNT", "Environment", "GpuSpec", "Pool"]
 # Ceiling of the GPU and instance counts of a snapshot: far above any fleet, far below what
 # overflows the selector's 64-bit arithmetic.
 MAX_COUNT = 1 << 31
+#: A GPU of 100 TiB (far past any made): beyond is a typo.
+MAX_MEMORY_GIB = 1e5
 
 
 @attrs.frozen
@@ -32,7 +35,7 @@ class GpuSpec:
 
     name: str = attrs.field(validator=identifier)
     vendor: str = attrs.field(validator=identifier)
-    memory_gib: float = attrs.field(validator=positive)
+    memory_gib: float = attrs.field(validator=[positive, number_in(0.0, MAX_MEMORY_GIB)])
     hbm_tb_s: float = attrs.field(validator=positive)
     bf16_tflops: float = attrs.field(validator=positive)
     fp8_tflops: float | None = attrs.field(validator=optional(positive))

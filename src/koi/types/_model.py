@@ -5,7 +5,10 @@ from __future__ import annotations
 import attrs
 
 from koi.errors import InvalidInput
-from koi.types.validators import identifier, non_negative_int, positive, positive_int
+from koi.types.validators import identifier, non_negative_int, number_in, positive, positive_int
+
+#: A model of a hundred trillion parameters (far past any served one): beyond is a typo.
+MAX_PARAMS_B = 1e5
 
 __all__ = ["ModelSpec"]
 
@@ -20,8 +23,8 @@ class ModelSpec:
     """
 
     name: str = attrs.field(validator=identifier)
-    params_b: float = attrs.field(validator=positive)
-    active_params_b: float = attrs.field(validator=positive)
+    params_b: float = attrs.field(validator=[positive, number_in(0.0, MAX_PARAMS_B)])
+    active_params_b: float = attrs.field(validator=[positive, number_in(0.0, MAX_PARAMS_B)])
     layers: int = attrs.field(validator=positive_int)
     hidden: int = attrs.field(validator=positive_int)
     heads: int = attrs.field(validator=positive_int)

@@ -26,6 +26,7 @@ from koi.types.validators import (
     int_in,
     non_negative,
     non_negative_int,
+    number_in,
     one_of,
     optional,
     positive,
@@ -49,6 +50,11 @@ __all__ = [
 # Priorities are levels, not weights: a million of them is plenty, and the selector keeps them
 # in 64-bit integers.
 MAX_PRIORITY = 1_000_000
+#: Bounds far past any real value (a log-normal CV of 100; a weight a million times another's):
+#: what lies beyond is a typo that would overflow inside a tick.
+MAX_CV = 100.0
+MAX_WEIGHT = 1e6
+_WEIGHT = [non_negative, number_in(0.0, MAX_WEIGHT)]
 
 #: What a job accepts unless its owner says otherwise: BF16 and FP8 weights.  INT4 changes a
 #: model's answers more than FP8 does, so it is used only where the owner lists it.
@@ -61,7 +67,7 @@ class LengthDist:
     truncated to ``[1, max]``."""
 
     mean: float = attrs.field(validator=positive)
-    cv: float = attrs.field(default=0.0, validator=non_negative)
+    cv: float = attrs.field(default=0.0, validator=[non_negative, number_in(0.0, MAX_CV)])
     max: int = attrs.field(default=1_000_000, validator=positive_int)
 
     def __attrs_post_init__(self) -> None:
@@ -140,11 +146,15 @@ class ServingTarget:
 class ObjectiveWeights:
     """Relative importance of the five outcomes for one job (need not sum to one)."""
 
-    cost: float = attrs.field(default=1.0, validator=non_negative)
-    ttft: float = attrs.field(default=1.0, validator=non_negative)
-    tpot: float = attrs.field(default=1.0, validator=non_negative)
-    throughput: float = attrs.field(default=1.0, validator=non_negative)
-    slo_margin: float = attrs.field(default=1.0, validator=non_negative)
+    cost: float = attrs.field(default=1.0, validator=_WEIGHT)
+    ttft: float = attrs.field(default=1.0, validator=_WEIGHT)
+    tpot: float = attrs.field(default=1.0, validator=_WEIGHT)
+    throughput: float = attrs.field(
+        default=1.0, validator=[non_negative, number_in(0.0, MAX_WEIGHT)]
+    )
+    slo_margin: float = attrs.field(
+        default=1.0, validator=[non_negative, number_in(0.0, MAX_WEIGHT)]
+    )
 
     def __attrs_post_init__(self) -> None:
         if not any(attrs.astuple(self)):

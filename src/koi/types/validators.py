@@ -96,6 +96,17 @@ def optional(validator: Validator) -> Validator:
     return check
 
 
+def number_in(low: float, high: float) -> Validator:
+    """A number in ``[low, high]``: a bound far past any real value, so that a typo such as
+    1e308 is refused where it enters rather than overflowing inside a tick."""
+
+    def check(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not low <= _number(attribute, value) <= high:
+            raise _fail(attribute, f"in [{low:g}, {high:g}]", value)
+
+    return check
+
+
 def positive_int(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """An ``int`` >= 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
