@@ -144,13 +144,14 @@ def predict_serving(
     else:
         if rate_rps is not None:
             per_replica = rate_rps / replicas
-            capacity_rps = saturation(load)[1] / max(load.output_len.mean, 1.0)
+            sat = saturation(load)
+            capacity_rps = sat[1] / max(load.output_len.mean, 1.0)
             horizon = (
                 overload_horizon(capacity_rps * replicas, cfg)
                 if per_replica > capacity_rps > 0
                 else replay_horizon(rate_rps, cfg)
             )
-            est = estimate_open_loop(load, per_replica, horizon)
+            est = estimate_open_loop(load, per_replica, horizon, sat=sat)
         else:
             assert concurrency is not None
             est = estimate_closed_loop(load, concurrency / replicas)
