@@ -82,7 +82,7 @@ def test_values_a_tick_cannot_use_are_refused_when_the_config_is_built(
 @pytest.mark.parametrize("field", ["make_room", "learning", "causal_graph", "spread_best_effort"])
 def test_switches_take_only_true_or_false(field: str) -> None:
     for value in ("3", None, 1):
-        with pytest.raises(InvalidInput, match=f"{field}: expected bool"):
+        with pytest.raises(InvalidInput, match=f"{field}: must be true or false"):
             attrs.evolve(KoiConfig().planner, **{field: value})
 
 

@@ -22,8 +22,8 @@ from koi.selector import BudgetConfig, SelectorConfig
 from koi.surrogate import SurrogateConfig
 from koi.types.validators import (
     above_one,
+    boolean,
     fraction,
-    instance_of,
     non_negative,
     non_negative_int,
     optional,
@@ -98,15 +98,15 @@ class PlannerConfig:
     backlog_drain: float = attrs.field(default=1.0, validator=non_negative)
     max_jobs: int = attrs.field(default=1000, validator=positive_int)
     tick_deadline_s: float | None = attrs.field(default=120.0, validator=optional(positive))
-    make_room: bool = attrs.field(default=True, validator=instance_of(bool))
+    make_room: bool = attrs.field(default=True, validator=boolean)
     make_room_jobs: int = attrs.field(default=4, validator=non_negative_int)
     best_effort_candidates: int = attrs.field(default=2, validator=non_negative_int)
     refusal_margin: float = attrs.field(default=1.0, validator=non_negative)
-    spread_best_effort: bool = attrs.field(default=False, validator=instance_of(bool))
+    spread_best_effort: bool = attrs.field(default=False, validator=boolean)
     slow_replica_ratio: float | None = attrs.field(default=None, validator=optional(above_one))
     review_every: int = attrs.field(default=4, validator=positive_int)
-    learning: bool = attrs.field(default=True, validator=instance_of(bool))
-    causal_graph: bool = attrs.field(default=True, validator=instance_of(bool))
+    learning: bool = attrs.field(default=True, validator=boolean)
+    causal_graph: bool = attrs.field(default=True, validator=boolean)
 
 
 @attrs.frozen

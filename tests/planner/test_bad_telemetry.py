@@ -80,10 +80,10 @@ _WRONG_TYPES: list[tuple[str, object, str]] = [
     ("mediators", None, r"^mediators: expected Mediators, got NoneType$"),
     ("chain", {}, r"^chain: expected Chain, got dict$"),
     ("chain", None, r"^chain: expected Chain, got NoneType$"),
-    ("healthy", 1, r"^healthy: expected bool, got int$"),
-    ("healthy", "yes", r"^healthy: expected bool, got str$"),
-    ("healthy", None, r"^healthy: expected bool, got NoneType$"),
-    ("healthy", np.True_, r"^healthy: expected bool, got bool_?$"),
+    ("healthy", 1, r"^healthy: must be true or false, got 1$"),
+    ("healthy", "yes", r"^healthy: must be true or false, got 'yes'$"),
+    ("healthy", None, r"^healthy: must be true or false, got None$"),
+    ("healthy", np.True_, r"^healthy: must be true or false, got (np\.)?True_?$"),
 ]
 
 

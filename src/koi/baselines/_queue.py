@@ -41,7 +41,7 @@ def edf_key(job: Job) -> tuple[float, ...]:
             job.workload.output_len.mean
         )
         return (0.0, budget_ms, job.arrival_s)
-    return (1.0, math.inf if t.deadline_s is None else t.deadline_s, job.arrival_s)
+    return (1.0, t.due_s, job.arrival_s)
 
 
 @attrs.define

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import attrs
 
 from koi.types.validators import (
     fraction,
+    list_to_tuple,
     non_negative,
     non_negative_int,
     positive_int,
@@ -16,12 +15,6 @@ from koi.types.validators import (
 )
 
 __all__ = ["ProposerConfig"]
-
-
-def _options(value: Any) -> Any:
-    # A list from a TOML file or a sweep is an enumeration as well; anything else is left to
-    # the validator (a string would otherwise be read letter by letter).
-    return tuple(value) if isinstance(value, list) else value
 
 
 @attrs.frozen
@@ -51,13 +44,13 @@ class ProposerConfig:
     """
 
     tp_options: tuple[int, ...] = attrs.field(
-        default=(1, 2, 4, 8), converter=_options, validator=positive_ints
+        default=(1, 2, 4, 8), converter=list_to_tuple, validator=positive_ints
     )
     pp_options: tuple[int, ...] = attrs.field(
-        default=(1, 2), converter=_options, validator=positive_ints
+        default=(1, 2), converter=list_to_tuple, validator=positive_ints
     )
     batch_options: tuple[int, ...] = attrs.field(
-        default=(64, 256), converter=_options, validator=positive_ints
+        default=(64, 256), converter=list_to_tuple, validator=positive_ints
     )
     cache_fit_share: float = attrs.field(default=0.8, validator=fraction)
     utilization_target: float = attrs.field(default=0.7, validator=share)

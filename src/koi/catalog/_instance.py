@@ -10,21 +10,17 @@ import attrs
 from koi.errors import InvalidInput
 from koi.types import Environment, LinkKind, Market
 from koi.types.validators import (
+    boolean,
     identifier,
+    list_to_tuple,
     non_negative,
     one_of,
     optional,
     positive,
     positive_int,
-    to_tuple,
 )
 
 __all__ = ["InstanceType"]
-
-
-def _region_list(value: Any) -> Any:
-    # A string is one region written without brackets, not a list of letters.
-    return value if isinstance(value, str) else to_tuple(value)
 
 
 def _regions(_inst: object, attribute: attrs.Attribute[Any], value: tuple[object, ...]) -> None:
@@ -55,11 +51,6 @@ def _link(value: Any) -> Any:
         return value  # the validator names the field and the choices
 
 
-def _boolean(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, bool):
-        raise InvalidInput(f"{attribute.name}: must be true or false, got {value!r}")
-
-
 @attrs.frozen
 class InstanceType:
     """One purchasable instance type, priced per instance-hour in each market it is sold in.
@@ -79,12 +70,12 @@ class InstanceType:
     name: str = attrs.field(validator=identifier)
     gpu: str = attrs.field(validator=identifier)
     gpus_per_instance: int = attrs.field(validator=positive_int)
-    regions: tuple[str, ...] = attrs.field(converter=_region_list, validator=_regions)
+    regions: tuple[str, ...] = attrs.field(converter=list_to_tuple, validator=_regions)
     on_demand_usd_per_h: float | None = attrs.field(default=None, validator=optional(positive))
     spot_usd_per_h: float | None = attrs.field(default=None, validator=optional(positive))
     reserved_usd_per_h: float | None = attrs.field(default=None, validator=optional(positive))
     spot_preemption_per_h: float = attrs.field(default=0.0, validator=non_negative)
-    multi_node: bool = attrs.field(default=False, validator=_boolean)
+    multi_node: bool = attrs.field(default=False, validator=boolean)
     link: LinkKind | None = attrs.field(
         default=None,
         converter=attrs.converters.optional(_link),

@@ -11,8 +11,8 @@ import attrs
 from koi.errors import InvalidInput
 from koi.types import ActionKind, ClusterSnapshot
 from koi.types.validators import (
+    boolean,
     finite,
-    instance_of,
     non_negative,
     non_negative_int,
     optional,
@@ -68,12 +68,12 @@ class SelectorConfig:
 
     time_limit_s: float | None = attrs.field(default=2.0, validator=optional(non_negative))
     mip_rel_gap: float = attrs.field(default=1e-3, validator=non_negative)
-    make_before_break: bool = attrs.field(default=True, validator=instance_of(bool))
-    prune_dominated: bool = attrs.field(default=True, validator=instance_of(bool))
-    lp_fix: bool = attrs.field(default=True, validator=instance_of(bool))
+    make_before_break: bool = attrs.field(default=True, validator=boolean)
+    prune_dominated: bool = attrs.field(default=True, validator=boolean)
+    lp_fix: bool = attrs.field(default=True, validator=boolean)
     lp_fix_min_candidates: int = attrs.field(default=2000, validator=non_negative_int)
     lp_fix_time_share: float = attrs.field(default=0.3, validator=non_negative)
-    merge_identical: bool = attrs.field(default=True, validator=instance_of(bool))
+    merge_identical: bool = attrs.field(default=True, validator=boolean)
 
 
 def _frozen_items(items: Iterable[Hashable]) -> frozenset[Hashable]:

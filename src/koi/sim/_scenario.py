@@ -38,6 +38,7 @@ from koi.types import (
     to_market,
 )
 from koi.types.validators import (
+    boolean,
     engine_name,
     identifier,
     non_negative,
@@ -71,12 +72,6 @@ class EventKind(enum.StrEnum):
     DEGRADE = "degrade"  # replicas of a running job start to run slow
 
 
-def _flag(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    # TOML has booleans: a string such as "no" would otherwise count as true.
-    if not isinstance(value, bool):
-        raise InvalidInput(f"{attribute.name}: must be true or false, got {value!r}")
-
-
 def _int_as_float(value: Any) -> Any:
     # A TOML integer is a number of seconds too; anything else is left to the validator.
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -107,7 +102,7 @@ class PoolSpec:
     gpus_per_instance: int | None = attrs.field(default=None, validator=optional(positive_int))
     price_usd_per_h: float | None = attrs.field(default=None, validator=optional(non_negative))
     preemption_per_h: float | None = attrs.field(default=None, validator=optional(non_negative))
-    multi_node: bool | None = attrs.field(default=None, validator=optional(_flag))
+    multi_node: bool | None = attrs.field(default=None, validator=optional(boolean))
 
     @property
     def id(self) -> str:
@@ -194,7 +189,7 @@ class Event:
     rate_scale: float = attrs.field(default=1.0, validator=positive)
     pool: str | None = attrs.field(default=None, validator=optional(identifier))
     instances: int | None = attrs.field(default=None, validator=optional(non_negative_int))
-    notice: bool = attrs.field(default=False, validator=_flag)
+    notice: bool = attrs.field(default=False, validator=boolean)
     slow: float = attrs.field(default=2.0, validator=positive)
 
     def __attrs_post_init__(self) -> None:

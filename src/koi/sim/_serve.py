@@ -10,7 +10,6 @@ sub-window (docs/evaluation.md, "Sampled windows"): each replayed request then s
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 
@@ -271,9 +270,7 @@ class Serving:
     ) -> tuple[float, float]:
         """The requests and output tokens this window adds to a batch job's progress."""
         total = float(s.job.workload.total_requests or 0)
-        deadline = s.job.target.deadline_s
-        if deadline is None:
-            deadline = math.inf
+        deadline = s.job.target.due_s
         end = np.concatenate(ends)
         w = np.concatenate(wts)
         out = np.concatenate(outs)

@@ -761,7 +761,7 @@ class World(Serving):
                     requested_tokens=total * job.workload.output_len.mean,
                     completed_by_deadline=s.by_deadline,
                     done_s=s.done_s,
-                    deadline_s=math.inf if job.target.deadline_s is None else job.target.deadline_s,
+                    deadline_s=job.target.due_s,
                     admitted=s.admitted,
                     output_tokens=s.batch_tokens,
                 )

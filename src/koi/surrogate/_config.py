@@ -11,10 +11,10 @@ import attrs
 from koi.errors import InvalidInput
 from koi.types import Config
 from koi.types.validators import (
+    boolean,
     engine_name,
     finite,
     fraction,
-    instance_of,
     non_negative,
     non_negative_int,
     positive,
@@ -114,8 +114,8 @@ class EngineProfile:
 
     base_ms: float = attrs.field(default=1.5, validator=non_negative)
     per_seq_ms: float = attrs.field(default=0.01, validator=non_negative)
-    mixed_prefill: bool = attrs.field(default=True, validator=attrs.validators.instance_of(bool))
-    chunk_admission: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    mixed_prefill: bool = attrs.field(default=True, validator=boolean)
+    chunk_admission: bool = attrs.field(default=False, validator=boolean)
     eager_launch_us_per_layer: float = attrs.field(default=120.0, validator=non_negative)
     graph_reserve_gib: float = attrs.field(default=0.5, validator=non_negative)
     comm_reserve_gib: float = attrs.field(default=0.4, validator=non_negative)
@@ -139,9 +139,7 @@ class EngineProfile:
     # TensorRT-LLM takes the checkpoint's KV quantisation when the checkpoint carries one (e.g.
     # ModelOpt's kv_cache_quant_algo FP8).  Off by default: whether a given FP8 checkpoint
     # carries it is per checkpoint, so set it, or Config.kv_cache_dtype="fp8", when it does.
-    fp8_checkpoint_kv: bool = attrs.field(
-        default=False, validator=attrs.validators.instance_of(bool)
-    )
+    fp8_checkpoint_kv: bool = attrs.field(default=False, validator=boolean)
 
 
 T = TypeVar("T")
@@ -268,7 +266,7 @@ class SurrogateConfig:
     pp_imbalance: float = attrs.field(default=0.08, validator=fraction)
     # INT4 weights run W4A16 / W4A8 kernels in serving engines, not INT4 tensor-core math;
     # set True to credit the GPU's INT4 TFLOPS (W4A4 kernels).
-    int4_activations: bool = attrs.field(default=False, validator=instance_of(bool))
+    int4_activations: bool = attrs.field(default=False, validator=boolean)
     # Closed loop with fixed lengths: weight of the lock-step limit (log-space blend with the
     # fully dispersed limit).  Chosen by inspection; see docs/surrogate.md, "Accuracy".
     closed_loop_sync_weight: float = attrs.field(default=0.5, validator=fraction)
@@ -276,7 +274,7 @@ class SurrogateConfig:
     replay_horizon_s: float = attrs.field(default=30.0, validator=positive)
     replay_min_requests: int = attrs.field(default=300, validator=positive_int)
     replay_max_requests: int = attrs.field(default=1500, validator=positive_int)
-    use_replay: bool = attrs.field(default=True, validator=instance_of(bool))
+    use_replay: bool = attrs.field(default=True, validator=boolean)
     # The recompute collapse of chunk-admitting engines (docs/surrogate.md, "Recompute
     # collapse"): requests over which a replica must be unlikely to start one (the shortest
     # replay's), and the over-dispersion of the requests in a replica; fitted to the replay.

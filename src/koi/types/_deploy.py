@@ -12,6 +12,7 @@ from koi.errors import InvalidInput
 from koi.types._enums import Engine, Quant, Routing, to_engine, to_quant, to_routing
 from koi.types._hardware import MAX_COUNT, Environment
 from koi.types.validators import (
+    boolean,
     fraction,
     identifier,
     int_in,
@@ -22,11 +23,6 @@ from koi.types.validators import (
 )
 
 __all__ = ["KV_CACHE_DTYPES", "Chain", "Config", "Ladder", "Rank"]
-
-
-def boolean(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
-    if not isinstance(value, bool):
-        raise InvalidInput(f"{attribute.name}: must be true or false, got {value!r}")
 
 
 def _utilization(inst: object, attribute: attrs.Attribute[Any], value: object) -> None:

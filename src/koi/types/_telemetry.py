@@ -13,6 +13,7 @@ from koi.errors import InvalidInput
 from koi.types._deploy import Chain
 from koi.types._enums import Mediator, Outcome
 from koi.types.validators import (
+    boolean,
     finite,
     fraction,
     identifier,
@@ -181,7 +182,7 @@ class Observation:
     replicas_up: int = attrs.field(validator=non_negative_int)
     outcomes: Outcomes = attrs.field(validator=instance_of(Outcomes))
     mediators: Mediators = attrs.field(validator=instance_of(Mediators))
-    healthy: bool = attrs.field(default=True, validator=instance_of(bool))
+    healthy: bool = attrs.field(default=True, validator=boolean)
     missing: tuple[str, ...] = attrs.field(default=(), converter=_names, validator=_known_variables)
     resolution: tuple[Resolution, ...] = attrs.field(default=(), converter=to_tuple)
     replica_tpot_ms: tuple[tuple[str, float], ...] = attrs.field(

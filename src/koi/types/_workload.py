@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection
 from typing import Any
 
@@ -140,6 +141,11 @@ class ServingTarget:
     @classmethod
     def batch(cls, *, deadline_s: float) -> ServingTarget:
         return cls(deadline_s=deadline_s)
+
+    @property
+    def due_s(self) -> float:
+        """The deadline, or infinity where there is none (a deadline at time 0 is one)."""
+        return math.inf if self.deadline_s is None else self.deadline_s
 
 
 @attrs.frozen

@@ -71,6 +71,13 @@ def fraction(_inst: object, attribute: attrs.Attribute[Any], value: object) -> N
         raise _fail(attribute, "in [0, 1]", value)
 
 
+def boolean(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """``True`` or ``False`` itself: no ``1``, ``"no"`` (which would count as true) or NumPy
+    boolean."""
+    if not isinstance(value, bool):
+        raise _fail(attribute, "true or false", value)
+
+
 def share(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A number in (0, 1]: a share that must leave something."""
     v = _number(attribute, value)
@@ -147,8 +154,8 @@ def one_of(kind: type[Any]) -> Validator:
 
 
 def instance_of(kind: type[Any]) -> Validator:
-    """An instance of ``kind`` itself: no duck typing, and for ``bool`` no ``0``/``1`` or NumPy
-    booleans.  The message names the type expected and the type given."""
+    """An instance of ``kind`` itself (no duck typing; for ``bool`` see :func:`boolean`).  The
+    message names the type expected and the type given."""
 
     def check(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
         if not isinstance(value, kind):
@@ -162,6 +169,12 @@ def engine_name(_inst: object, attribute: attrs.Attribute[Any], value: object) -
     """The name of an engine of the closed set :class:`koi.types.Engine`."""
     if value not in {e.value for e in Engine}:
         raise _fail(attribute, f"one of {', '.join(e.value for e in Engine)}", value)
+
+
+def list_to_tuple(value: Any) -> Any:
+    """Converter: a list (TOML has no tuples) becomes a tuple; anything else, a string above
+    all, is left for the validator to refuse rather than read letter by letter."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 def to_tuple(value: Any) -> tuple[Any, ...]:
