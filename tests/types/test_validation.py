@@ -132,6 +132,24 @@ def test_malformed_json_is_invalid_input() -> None:
         from_json('{"time_s": ' + "9" * 5001 + "}", ClusterSnapshot, where="snapshot.json")
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: [d], r"^f: ClusterSnapshot must be an object, got a list$"),
+        (lambda d: "snapshot", r"^f: ClusterSnapshot must be an object, got a string$"),
+        (lambda d: d | {"pools": {}}, r"^f: pools: must be a list, got an object$"),
+        (lambda d: d | {"jobs": "chat"}, r"^f: jobs: must be a list, got a string$"),
+        (lambda d: d | {"jobs": [5]}, r"^f: jobs\[0\]: must be an object, got 5$"),
+        (lambda d: d | {"pools": [[1]]}, r"^f: pools\[0\]: must be an object, got a list$"),
+    ],
+)
+def test_a_container_of_the_wrong_json_kind_is_named(edit: Any, message: str) -> None:
+    # An empty object where a list belongs was read as an empty list, and a list where an
+    # object belongs failed inside cattrs with "'list' object has no attribute 'keys'".
+    with pytest.raises(InvalidInput, match=message):
+        from_data(edit(to_data(SNAP)), ClusterSnapshot, where="f")
+
+
 def _numeric_leaves(data: Any, path: str = "") -> list[str]:
     if isinstance(data, dict):
         return [p for k, v in data.items() for p in _numeric_leaves(v, f"{path}.{k}".lstrip("."))]

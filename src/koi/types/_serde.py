@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+import attrs
 import cattrs
+from cattrs.cols import homogenous_tuple_structure_factory, is_sequence, list_structure_factory
 from cattrs.errors import ClassValidationError, IterableValidationError
+from cattrs.gen import make_dict_structure_fn
 
 from koi.errors import InvalidInput, KoiError
 from koi.types._enums import Quant
@@ -16,9 +20,6 @@ __all__ = ["from_data", "from_json", "parse_json", "to_data", "to_json"]
 T = TypeVar("T")
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
-# A job's precision set is checked by Job's own converter and validator, which name the whole
-# field (a bare string would otherwise be read letter by letter).
-_converter.register_structure_hook_func(lambda t: t == tuple[Quant, ...], lambda value, _t: value)
 
 
 class _NotCoerced(TypeError):
@@ -55,6 +56,60 @@ _converter.register_structure_hook(int, _strict_int)
 _converter.register_structure_hook(float, _strict_float)
 _converter.register_structure_hook(str, _strict_str)
 _converter.register_structure_hook(bool, _strict_bool)
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else f"{value!r}"
+
+
+Hook = Callable[[Any, Any], Any]
+
+
+# Containers are checked for their JSON kind before they are walked: a list where an object is
+# expected would fail deep inside cattrs ("'list' object has no attribute 'keys'"), and a
+# string or an object where a list is expected would be read key by key or letter by letter.
+def _object_hook(cls: type) -> Hook:
+    structure: Hook = make_dict_structure_fn(cls, _converter)
+
+    def hook(value: Any, t: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _NotCoerced(f"must be an object, got {_json_kind(value)}")
+        return structure(value, t)
+
+    return hook
+
+
+def _list_hook(t: Any) -> Hook:
+    origin = getattr(t, "__origin__", t)
+    make = list_structure_factory if origin is list else homogenous_tuple_structure_factory
+    structure: Hook = make(t, _converter)
+
+    def hook(value: Any, t: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            raise _NotCoerced(f"must be a list, got {_json_kind(value)}")
+        return structure(value, t)
+
+    return hook
+
+
+def _homogeneous(t: Any) -> bool:
+    args = getattr(t, "__args__", ())
+    return is_sequence(t) and (getattr(t, "__origin__", None) is list or args[-1:] == (...,))
+
+
+_converter.register_structure_hook_factory(attrs.has, _object_hook)
+_converter.register_structure_hook_factory(_homogeneous, _list_hook)
+# A job's precision set is checked by Job's own converter and validator, which name the whole
+# field.  (Registered last: the latest registration wins.)
+_converter.register_structure_hook_func(lambda t: t == tuple[Quant, ...], lambda value, _t: value)
 
 
 def _describe(exc: BaseException, _type: object) -> str:
@@ -98,6 +153,9 @@ def from_data(data: Any, cls: type[T], *, where: str = "") -> T:
     except KoiError as exc:
         prefix = f"{where}: " if where else ""
         raise InvalidInput(f"{prefix}{exc}") from None
+    except _NotCoerced as exc:
+        prefix = f"{where}: " if where else ""
+        raise InvalidInput(f"{prefix}{cls.__name__} {exc}") from None
     except (TypeError, ValueError, AttributeError) as exc:
         prefix = f"{where}: " if where else ""
         raise InvalidInput(f"{prefix}expected {cls.__name__}: {exc}") from None
