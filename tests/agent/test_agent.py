@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from koi.agent import Agent, AgentConfig, JsonLog, PluginSpec, SimulatedFleet
@@ -398,3 +399,20 @@ def test_the_agent_keeps_every_job_within_its_precisions(tmp_path: Path, log: Js
     assert snap.active
     for dep in snap.active:
         assert snap.job(dep.job_id).precision_problem(dep.ladder) is None
+
+
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "127.0.0.1"])
+def test_an_address_the_agent_cannot_listen_on_names_the_config(
+    tmp_path: Path, log: JsonLog, host: str
+) -> None:
+    with socket.socket() as taken:  # 127.0.0.1: the port is already in use
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = int(taken.getsockname()[1])
+        cfg = attrs.evolve(_config(tmp_path, host=host, port=port), source="koi.toml")
+        agent = Agent(cfg, plugins=[SimulatedFleet("smoke")], log=log)
+        with pytest.raises(
+            KoiError,
+            match=rf"^koi\.toml: agent\.host, agent\.port: cannot listen on {host}:{port}: ",
+        ):
+            agent.serve()

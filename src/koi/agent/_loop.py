@@ -86,13 +86,21 @@ class Agent:
 
     def serve(self) -> int:
         """Start the HTTP endpoints; return the port (useful with ``port = 0``)."""
-        self.server = AgentServer(
-            self.config.host,
-            self.config.port,
-            metrics=self.metrics.render,
-            health=self.health,
-            status=self.status,
-        )
+        cfg = self.config
+        try:
+            self.server = AgentServer(
+                cfg.host,
+                cfg.port,
+                metrics=self.metrics.render,
+                health=self.health,
+                status=self.status,
+            )
+        except OSError as exc:  # unresolvable host, port in use, no permission
+            where = f"{cfg.source}: agent.host, agent.port"
+            reason = exc.strerror or str(exc)
+            raise InvalidInput(
+                f"{where}: cannot listen on {cfg.host}:{cfg.port}: {reason}"
+            ) from None
         self.server.start()
         return self.server.port
 
