@@ -12,6 +12,7 @@ from koi.planner import Planner
 from koi.plugins import LlmConfig
 from koi.plugins._llm_schema import SchemaViolation, validate_ladder
 from koi.types import (
+    ActionKind,
     ActiveDeployment,
     Chain,
     ClusterSnapshot,
@@ -23,7 +24,7 @@ from koi.types import (
     from_data,
     to_data,
 )
-from tests.planner._world import CATALOG, chat_job, pools
+from tests.planner._world import CATALOG, chat_job, pools, unhurried_planner
 
 
 def _snapshot_data() -> dict[str, Any]:
@@ -104,6 +105,19 @@ def test_a_wrong_model_in_an_active_ladder_is_invalid_input() -> None:
     other = Chain("Qwen3-8B", pool.environment, Config())
     with pytest.raises(InvalidInput, match=r"active\[0\]\.ladder\.ranks\[0\]\.chain\.model"):
         ClusterSnapshot(0.0, [job], [pool], [ActiveDeployment(job.id, Ladder((Rank(other),)))])
+
+
+def test_an_active_job_with_an_empty_ladder_is_placed_as_a_pending_one() -> None:
+    # A host may list a job that runs nothing (scaled to zero) as active; it was planned as a
+    # "reconfiguration" from nothing, with the switching cost of one.
+    job, fleet = chat_job(), pools()
+    pending = ClusterSnapshot(0.0, [job], fleet)
+    empty = ClusterSnapshot(0.0, [job], fleet, [ActiveDeployment(job.id, Ladder())])
+    plans = [unhurried_planner().tick(s).plan for s in (pending, empty)]
+    (action,) = plans[1].actions
+    assert action.kind is ActionKind.PLACE
+    assert not action.ladder.is_empty
+    assert plans[1].actions == plans[0].actions
 
 
 def test_an_unknown_gpu_is_invalid_input() -> None:

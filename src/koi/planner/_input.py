@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import attrs
+
 from koi.errors import InvalidInput
 from koi.types import ClusterSnapshot, GpuSpec, ModelSpec
 
@@ -18,7 +20,11 @@ def checked_snapshot(
     models: Mapping[str, ModelSpec],
     max_jobs: int,
 ) -> ClusterSnapshot:
-    """``snapshot`` if koi can plan it.
+    """``snapshot`` if koi can plan it, with active entries whose ladder is empty dropped.
+
+    A host may report a job that runs nothing (scaled to zero, every replica lost) as active
+    with an empty ladder; it is pending, as the simulated world reports it, so the plan places
+    it rather than "reconfiguring" it from nothing.
 
     Raises
     ------
@@ -42,4 +48,7 @@ def checked_snapshot(
             raise InvalidInput(f"snapshot.pools[{k}].environment.gpu: {msg}")
     # Active ranks sit in the pools (ClusterSnapshot checks that), so their GPUs are known too;
     # the model of each rank is the job's (also checked there).
+    if any(a.ladder.is_empty for a in snapshot.active):
+        running = [a for a in snapshot.active if not a.ladder.is_empty]
+        return attrs.evolve(snapshot, active=running)
     return snapshot
