@@ -7,8 +7,11 @@ import json
 
 import pytest
 
+from koi.catalog import load_catalog
 from koi.cli import main
-from koi.cli._predict import MAX_CONCURRENCY, MAX_REQUESTS
+from koi.errors import InvalidInput
+from koi.surrogate import MAX_CONCURRENCY, MAX_REQUESTS, LoadProtocol, predict_serving
+from koi.types import Config
 
 # The fuzzer's case: short requests, so a replay of 1,500 of them at a high rate spans a few
 # microseconds (fewer than one engine step).
@@ -87,3 +90,15 @@ def test_the_closed_form_is_monotone_past_saturation(capsys: pytest.CaptureFixtu
         )
         ttft.append(json.loads(capsys.readouterr().out)["p99_ttft_ms"])
     assert ttft == sorted(ttft), ttft
+
+
+def test_the_python_api_bounds_a_closed_loop_as_the_command_line_does() -> None:
+    # Only the command line checked: predict_serving(concurrency=10**8) ran out of memory.
+    cat = load_catalog()
+    gpu, model = cat.gpus["H100-SXM"], cat.models["Llama-3.1-8B"]
+    with pytest.raises(InvalidInput, match=rf"^concurrency: must be <= {MAX_CONCURRENCY}, got"):
+        predict_serving(gpu, model, Config(), isl=100, osl=10, concurrency=MAX_CONCURRENCY + 1)
+    with pytest.raises(InvalidInput, match=rf"^request_count: must be <= {MAX_REQUESTS}, got"):
+        LoadProtocol(concurrency=8, request_count=MAX_REQUESTS + 1)
+    largest = LoadProtocol(concurrency=MAX_CONCURRENCY, request_count=MAX_REQUESTS)
+    assert largest.requests == MAX_REQUESTS

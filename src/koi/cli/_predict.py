@@ -127,19 +127,11 @@ def _finite(x: Any) -> Any:
 ENGINES = ("vllm", "sglang", "trtllm")
 PROTOCOL_PRESETS = ("poisson", "inferencemax", "genai-perf-count", "genai-perf-steady")
 _LINKS = ("nvlink", "pcie", "pcie_no_p2p", "infinity_fabric")
-#: Clients a closed loop keeps in flight.  A replica's batch is capped at a few hundred to a
-#: few thousand sequences (vLLM's --max-num-seqs defaults to 256) and the replay simulates at
-#: most 64 replicas, so 64 x 1,024 clients keep every batch full and the rest only queue; the
-#: replay builds each of the run's 10 x C requests in memory (at this bound about 300 MB and
-#: seconds; --concurrency 100000000 ran out of memory).
-MAX_CONCURRENCY = 65_536
-#: Requests in a closed-loop run (``--requests``), each built in memory: the default run
-#: (10 x C) at the largest concurrency.
-MAX_REQUESTS = 10 * MAX_CONCURRENCY
 
 
 def _bad_input(args: argparse.Namespace) -> str | None:
     """The first invalid flag, as ``--flag: rule, got value``; None when all are valid."""
+    from koi.surrogate import MAX_CONCURRENCY, MAX_REQUESTS
     positive = (
         ("--tp", args.tp),
         ("--pp", args.pp),

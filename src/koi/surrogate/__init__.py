@@ -11,7 +11,13 @@ from koi.surrogate._memory import Feasibility, feasibility
 from koi.surrogate._operator import OperatorModel
 from koi.surrogate._point import ServingPrediction, predict_serving
 from koi.surrogate._predict import Prediction, RankPrediction, Surrogate
-from koi.surrogate._protocol import PROTOCOL_PRESETS, LoadProtocol, protocol_preset
+from koi.surrogate._protocol import (
+    MAX_CONCURRENCY,
+    MAX_REQUESTS,
+    PROTOCOL_PRESETS,
+    LoadProtocol,
+    protocol_preset,
+)
 from koi.surrogate._replay_adapter import replay_horizon
 from koi.surrogate._substitute import (
     ProfileSource,
@@ -22,6 +28,8 @@ from koi.surrogate._substitute import (
 )
 
 __all__ = [
+    "MAX_CONCURRENCY",
+    "MAX_REQUESTS",
     "PROTOCOL_PRESETS",
     "AicProfiles",
     "Collective",

@@ -17,7 +17,17 @@ import numpy as np
 
 from koi.errors import InvalidInput
 
-__all__ = ["PROTOCOL_PRESETS", "LoadProtocol", "protocol_preset"]
+__all__ = ["MAX_CONCURRENCY", "MAX_REQUESTS", "PROTOCOL_PRESETS", "LoadProtocol", "protocol_preset"]
+
+#: Clients a closed loop keeps in flight.  A replica's batch is capped at a few hundred to a
+#: few thousand sequences (vLLM's --max-num-seqs defaults to 256) and the replay simulates at
+#: most 64 replicas, so 64 x 1,024 clients keep every batch full and the rest only queue; the
+#: replay builds each of a run's requests in memory (at this bound about 300 MB and seconds;
+#: 100,000,000 clients ran out of memory).
+MAX_CONCURRENCY = 65_536
+#: Requests in a closed-loop run, each built in memory: the default run (10 x C) at the
+#: largest concurrency.
+MAX_REQUESTS = 10 * MAX_CONCURRENCY
 
 
 def _length_range(value: object) -> tuple[float, float]:
@@ -58,6 +68,8 @@ class LoadProtocol:
         c = self.concurrency
         if c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 1):
             raise InvalidInput(f"concurrency: must be an integer >= 1, got {c!r}")
+        if c is not None and c > MAX_CONCURRENCY:
+            raise InvalidInput(f"concurrency: must be <= {MAX_CONCURRENCY}, got {c}")
         r = self.rate_rps
         if r is not None and not (math.isfinite(r) and r > 0):
             raise InvalidInput(f"rate_rps: must be > 0, got {r!r}")
@@ -69,6 +81,8 @@ class LoadProtocol:
                 raise InvalidInput("request_count: only a closed-loop protocol has one")
             if n < c:
                 raise InvalidInput(f"request_count: must be >= concurrency {c}, got {n}")
+            if n > MAX_REQUESTS:
+                raise InvalidInput(f"request_count: must be <= {MAX_REQUESTS}, got {n}")
 
     @classmethod
     def closed_loop(
