@@ -10,6 +10,7 @@ import attrs
 import pytest
 
 from koi.catalog import Catalog
+from koi.errors import InvalidInput
 from koi.sim import (
     DeferAll,
     LaunchConfig,
@@ -421,6 +422,17 @@ def test_workload_drift_is_hidden_from_the_snapshot() -> None:
     assert snaps[-1].jobs[0].workload.rate_rps == 2.0  # the declared profile
     reqs = [obs[0].requests for _, obs in policy.seen if obs]
     assert reqs[-1] > 2.2 * reqs[1]  # telemetry sees the real traffic
+
+
+def test_the_true_workload_is_the_drifted_one() -> None:
+    event = "[[events]]\nat_min = 10\nkind = 'workload_drift'\njob = 'chat'\nrate_scale = 3.0\n"
+    world = build_world(tiny(pool_toml(instances=2) + online_job_toml(rate=2) + event), seed=0)
+    assert world.true_workload("chat").rate_rps == 2.0
+    world.begin_tick(2, 600.0)
+    assert world.true_workload("chat").rate_rps == 6.0
+    assert world.snapshot().jobs[0].workload.rate_rps == 2.0  # the snapshot shows the declared
+    with pytest.raises(InvalidInput, match="unknown job 'nope'"):
+        world.true_workload("nope")
 
 
 def test_observations_are_complete(catalog: Catalog) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 import attrs
 import numpy as np
 
+from koi.errors import InvalidInput
 from koi.sim._capacity import capacity_at_limits, reference_cost_per_token, replica_capacity
 from koi.sim._config import SimConfig
 from koi.sim._deploy import Deployment, Replica
@@ -172,6 +173,14 @@ class World(Serving):
         if hit is None:
             hit = self._capacities[key] = self._capacity_of(chain, workload)
         return hit
+
+    def true_workload(self, job_id: str) -> WorkloadProfile:
+        """``job_id``'s workload as the world serves it now (after any drift): truth, for
+        reference planners and diagnostics only, like :meth:`true_capacity`."""
+        state = self._jobs.get(job_id)
+        if state is None:
+            raise InvalidInput(f"job_id: unknown job {job_id!r}")
+        return state.actual
 
     def _capacity_of(self, chain: Chain, workload: WorkloadProfile) -> float:
         limits = self._limits(chain)
