@@ -132,6 +132,7 @@ _LINKS = ("nvlink", "pcie", "pcie_no_p2p", "infinity_fabric")
 def _bad_input(args: argparse.Namespace) -> str | None:
     """The first invalid flag, as ``--flag: rule, got value``; None when all are valid."""
     from koi.surrogate import MAX_CONCURRENCY, MAX_REQUESTS
+
     positive = (
         ("--tp", args.tp),
         ("--pp", args.pp),
