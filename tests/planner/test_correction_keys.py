@@ -197,3 +197,18 @@ def test_a_model_that_ran_slow_elsewhere_starts_slow_on_an_untried_gpu_type() ->
     store = planner.state.corrections.record([(skey, DECODE_TIME, 1.0, 1.5, 1.0)], cc)
     planner.state = attrs.evolve(planner.state, corrections=store)
     assert _decode(planner, SLOW, untried) == pytest.approx(1.5, rel=0.03)
+
+
+def test_an_untried_engine_starts_from_the_same_gpu_types_other_engines() -> None:
+    # The slow model ran 3x slower than predicted under vLLM on H100.  Under another engine
+    # on the same GPU type, where its stratum has no evidence, it starts from that miss: with
+    # the uncorrected prior every untried engine looked twice as fast until tried.
+    planner = _learned()
+    trt = Chain(SLOW.model, ENV, Config(tp=1, quant=Quant.FP8, engine="trtllm"))
+    assert _decode(planner, SLOW, trt) == pytest.approx(3.0, rel=0.03)
+    # Evidence of its own stratum keeps precedence.
+    cc = planner.config.corrections
+    skey = stratum_for(trt, CATALOG.models[SLOW.model], planner.config).key
+    store = planner.state.corrections.record([(skey, DECODE_TIME, 1.0, 1.5, 1.0)], cc)
+    planner.state = attrs.evolve(planner.state, corrections=store)
+    assert _decode(planner, SLOW, trt) == pytest.approx(1.5, rel=0.03)

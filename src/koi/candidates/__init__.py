@@ -19,6 +19,7 @@ from koi.candidates._focus import (
     job_focus,
     main_rank,
     objectives,
+    searched,
 )
 from koi.candidates._generate import (
     MISSED_TARGET_RANK,
@@ -88,6 +89,7 @@ __all__ = [
     "replicas_for",
     "risk_price",
     "routing_matters",
+    "searched",
     "with_observed",
     "with_observed_output",
     "with_observed_rate",

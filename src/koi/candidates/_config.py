@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from koi.types.validators import (
+    engine_names,
     fraction,
     list_to_tuple,
     non_negative,
@@ -21,7 +22,8 @@ __all__ = ["ProposerConfig"]
 class ProposerConfig:
     """Search space, sizing and focus of the built-in candidate generator.
 
-    ``tp_options`` × ``pp_options`` × quantizations × ``batch_options`` is the enumeration.  A
+    ``engine_options`` × ``tp_options`` × ``pp_options`` × quantizations × ``batch_options`` is
+    the enumeration; with more than one engine the engine is also a focus decision.  A
     replica is sized to run at ``utilization_target`` of its screened capacity (online) or to
     finish a batch job within ``batch_deadline_margin`` of the time to its deadline; at most
     ``max_replicas`` per chain.  Each later S4↔S5 round multiplies the headroom by
@@ -43,6 +45,9 @@ class ProposerConfig:
     untested ones get an in-scope ladder.
     """
 
+    engine_options: tuple[str, ...] = attrs.field(
+        default=("vllm",), converter=list_to_tuple, validator=engine_names
+    )
     tp_options: tuple[int, ...] = attrs.field(
         default=(1, 2, 4, 8), converter=list_to_tuple, validator=positive_ints
     )

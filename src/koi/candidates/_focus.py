@@ -32,7 +32,8 @@ __all__ = [
 ]
 
 #: The decisions the built-in generator searches over; pools and markets are priced, not
-#: focused.
+#: focused.  The engine joins them when the proposer enumerates more than one
+#: (:func:`searched`).
 SEARCHED: tuple[Decision, ...] = (
     Decision.GPU_TYPE,
     Decision.TP,
@@ -41,6 +42,17 @@ SEARCHED: tuple[Decision, ...] = (
     Decision.MAX_BATCH_SIZE,
     Decision.REPLICAS,
 )
+
+
+def searched(job: Job, cfg: ProposerConfig) -> tuple[Decision, ...]:
+    """The decisions searched for ``job``: :data:`SEARCHED`, the engine where there is a
+    choice of engines, and routing where it changes the job's prefix-cache hits."""
+    out = SEARCHED
+    if len(cfg.engine_options) > 1:
+        out = (*out, Decision.ENGINE)
+    if routing_matters(job):
+        out = (*out, Decision.ROUTING)
+    return out
 
 
 @attrs.frozen
@@ -78,9 +90,8 @@ def job_focus(job: Job, context: ProposalContext, cfg: ProposerConfig) -> Focus 
         return None
     outcomes = context.at_risk or (Outcome.COST,)
     routes = context.dag.decisions_for(outcomes, cfg.focus_min_confidence)
-    # Routing is searched only where it changes the prefix-cache hits (routing_matters).
-    searched = (*SEARCHED, Decision.ROUTING) if routing_matters(job) else SEARCHED
-    decisions = tuple(d for d, _ in routes if d in searched)
+    wanted = searched(job, cfg)
+    decisions = tuple(d for d, _ in routes if d in wanted)
     if not decisions:
         return None
     return Focus(outcomes, decisions)
@@ -103,6 +114,7 @@ def changed_decisions(ladder: Ladder, incumbent: Ladder) -> frozenset[Decision]:
         d
         for d, moved in (
             (Decision.GPU_TYPE, a.chain.environment.gpu != b.chain.environment.gpu),
+            (Decision.ENGINE, ca.engine != cb.engine),
             (Decision.TP, ca.tp != cb.tp),
             (Decision.PP, ca.pp != cb.pp),
             (Decision.QUANT, ca.quant != cb.quant),
@@ -143,7 +155,8 @@ class Steering:
         self.context = context
         self.cfg = cfg
         # A focus that reaches every searched decision constrains nothing.
-        narrow = focus is not None and not set(SEARCHED) <= set(focus.decisions)
+        every = set(searched(job, cfg)) - {Decision.ROUTING}
+        narrow = focus is not None and not every <= set(focus.decisions)
         self.focus = frozenset(focus.decisions) if focus is not None and narrow else None
         self.incumbent = context.incumbent
         # What the job is at risk on; else what the focus moves; else all it is scored on.

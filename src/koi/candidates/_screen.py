@@ -310,21 +310,23 @@ class Screener:
         )
 
     def configs(self, gpu: GpuSpec, gpus_per_instance: int, multi_node: bool) -> Iterable[Config]:
-        """The enumeration on one instance shape: pp = 1 before pp = 2 for each tp."""
+        """The enumeration on one instance shape: pp = 1 before pp = 2 for each engine and tp."""
         cfg = self.cfg
         quants = [Quant.BF16, Quant.INT4]
         if gpu.fp8_tflops is not None:
             quants.insert(1, Quant.FP8)
-        for tp in cfg.tp_options:
-            for pp in cfg.pp_options:
-                gpus = tp * pp
-                if gpus > gpus_per_instance and not multi_node:
-                    continue
-                if tp > gpu.gpus_per_node:
-                    continue
-                for quant in quants:
-                    for batch in cfg.batch_options:
-                        yield Config(tp=tp, pp=pp, quant=quant, max_batch_size=batch)
+        for engine in cfg.engine_options:
+            for tp in cfg.tp_options:
+                for pp in cfg.pp_options:
+                    if tp * pp > gpus_per_instance and not multi_node:
+                        continue
+                    if tp > gpu.gpus_per_node:
+                        continue
+                    for quant in quants:
+                        for batch in cfg.batch_options:
+                            yield Config(
+                                engine=engine, tp=tp, pp=pp, quant=quant, max_batch_size=batch
+                            )
 
     def _screen_shape(
         self, job: Job, env: Environment, gpu: GpuSpec, deadline_s: float
@@ -342,14 +344,14 @@ class Screener:
         if cached is not None:
             return cached
         options: list[Option] = []
-        # (tp, quant, listed batch, or 0 for the cache-fit cap) -> its first option
-        smallest_fit: dict[tuple[int, Quant, int], Option] = {}
+        # (engine, tp, quant, listed batch, or 0 for the cache-fit cap) -> its first option
+        smallest_fit: dict[tuple[str, int, Quant, int], Option] = {}
         for listed in self.configs(gpu, env.gpus_per_instance, env.multi_node):
             if time.monotonic() > deadline_s:
                 return None  # incomplete: not cached
             if not job.accepts(listed.quant):
                 continue  # the owner's precision policy
-            fit = (listed.tp, listed.quant, listed.max_batch_size)
+            fit = (listed.engine, listed.tp, listed.quant, listed.max_batch_size)
             # Pipeline parallelism only where tensor parallelism alone does not fit (the pp=1
             # configs come first): known before screening, so not screened at all.
             if listed.pp > 1 and fit in smallest_fit:
@@ -358,7 +360,7 @@ class Screener:
             if not fe.ok:
                 continue
             # One cache-fit cap per (tp, pp, quant), beside its smallest listed batch.
-            cap_fit = (listed.tp, listed.quant, 0)
+            cap_fit = (listed.engine, listed.tp, listed.quant, 0)
             capped = None
             if listed.max_batch_size == min(self.cfg.batch_options) and not (
                 listed.pp > 1 and cap_fit in smallest_fit

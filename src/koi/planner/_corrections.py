@@ -110,23 +110,34 @@ class CorrectionStore:
     _siblings: Mapping[tuple[str, str], list[str]] = attrs.field(
         init=False, eq=False, hash=False, repr=False
     )
+    _engines: Mapping[tuple[str, str], list[str]] = attrs.field(
+        init=False, eq=False, hash=False, repr=False
+    )
 
     def __attrs_post_init__(self) -> None:
         index = {(e.stratum, e.variable): e.factors for e in self.entries}
         object.__setattr__(self, "_index", index)
         chains: dict[tuple[str, str], list[str]] = {}  # chain keys by (engine, model)
         siblings: dict[tuple[str, str], list[str]] = {}  # and by (stratum, model)
+        engines: dict[tuple[str, str], list[str]] = {}  # and by (GPU type, model)
         for key in sorted({k for k, _ in index if k.count("|") == _CHAIN_FIELDS - 1}):
             parts = key.split("|")
             model = parts[_STRATUM_FIELDS]
             chains.setdefault((parts[_STRATUM_FIELDS - 1], model), []).append(key)
             siblings.setdefault(("|".join(parts[:_STRATUM_FIELDS]), model), []).append(key)
+            engines.setdefault((parts[0], model), []).append(key)
         object.__setattr__(self, "_chains", chains)
         object.__setattr__(self, "_siblings", siblings)
+        object.__setattr__(self, "_engines", engines)
 
     def chains_of(self, engine: str, model: str, cfg: CorrectionConfig) -> list[str]:
         """The chain keys of ``model`` on ``engine`` (any GPU type) with evidence, sorted."""
         return [k for k in self._chains.get((engine, model), ()) if self.has_evidence(k, cfg)]
+
+    def engines_of(self, gpu: str, model: str, cfg: CorrectionConfig) -> list[str]:
+        """The chain keys of ``model`` on GPU type ``gpu`` (any engine, any tensor
+        parallelism) with evidence, sorted."""
+        return [k for k in self._engines.get((gpu, model), ()) if self.has_evidence(k, cfg)]
 
     def siblings_of(self, stratum: str, model: str, cfg: CorrectionConfig) -> list[str]:
         """The chain keys of ``model`` in ``stratum`` (its GPU type, any tensor parallelism)
@@ -235,11 +246,11 @@ def correction_fn(
     there, else the chain's (its model and tensor parallelism in its stratum,
     :func:`correction_key`) once it has any, else the median of its model's other chains in
     the stratum (the same GPU type at other tensor parallelism), else its stratum's.
-    Where the stratum has none either, its model's on other GPU types with the same engine
-    (median; docs/planner.md).  What is still without evidence is borrowed through admitted
-    mechanisms (DESIGN §4.5.1): every mechanism whose belief has reached
-    ``planner.mechanism_min_confidence`` and whose scope covers the chain lends the median
-    correction of the strata it was tested in.
+    Where the stratum has none either, its model's on the same GPU type under other engines,
+    else on other GPU types with the same engine (medians; docs/planner.md).  What is still
+    without evidence is borrowed through admitted mechanisms (DESIGN §4.5.1): every mechanism
+    whose belief has reached ``planner.mechanism_min_confidence`` and whose scope covers the
+    chain lends the median correction of the strata it was tested in.
 
     ``shared`` (:class:`SharedCorrections`) holds the corrections that do not read the job's
     own evidence, for every job with the same :func:`scope_context`.
@@ -292,7 +303,11 @@ def correction_fn(
             if siblings:
                 sources = siblings
             elif not store.has_evidence(skey, cc):
-                sources = store.chains_of(skey.split("|")[-1], chain.model, cc) or sources
+                sources = (
+                    store.engines_of(chain.environment.gpu, chain.model, cc)
+                    or store.chains_of(skey.split("|")[-1], chain.model, cc)
+                    or sources
+                )
 
         def learned(variable: str) -> float | None:
             found = [f for s in sources if (f := store.factor(s, variable, cc)) is not None]

@@ -171,6 +171,16 @@ def engine_name(_inst: object, attribute: attrs.Attribute[Any], value: object) -
         raise _fail(attribute, f"one of {', '.join(e.value for e in Engine)}", value)
 
 
+def engine_names(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A non-empty tuple of distinct engine names (an enumeration's options)."""
+    names = {e.value for e in Engine}
+    rule = f"a non-empty list of distinct engines among {', '.join(sorted(names))}"
+    if not isinstance(value, tuple) or not value or len(set(value)) != len(value):
+        raise _fail(attribute, rule, value)
+    if not all(isinstance(v, str) and v in names for v in value):
+        raise _fail(attribute, rule, value)
+
+
 def list_to_tuple(value: Any) -> Any:
     """Converter: a list (TOML has no tuples) becomes a tuple; anything else, a string above
     all, is left for the validator to refuse rather than read letter by letter."""

@@ -1,0 +1,51 @@
+"""The serving engine as a searched decision (``ProposerConfig.engine_options``): screened,
+focused on, and chosen where it serves a job more cheaply."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from tests.planner._world import chat_job, pools, unhurried_planner
+
+from koi.candidates import ProposerConfig, changed_decisions, searched
+from koi.config import KoiConfig
+from koi.dag import Decision
+from koi.errors import InvalidInput
+from koi.types import Chain, ClusterSnapshot, Config, Engine, Ladder, Rank
+
+_ALL = ("vllm", "sglang", "trtllm")
+
+
+def _placed_engines(engines: tuple[str, ...]) -> set[Engine]:
+    cfg = KoiConfig(proposer=ProposerConfig(engine_options=engines))
+    job = chat_job(model="Llama-3.1-70B", rate=4.0)
+    plan = unhurried_planner(cfg).tick(ClusterSnapshot(0.0, [job], pools(per_pool=4))).plan
+    (action,) = plan.actions
+    return {r.chain.config.engine for r in action.ladder.ranks}
+
+
+def test_the_engine_is_chosen_only_where_engines_are_searched() -> None:
+    assert _placed_engines(("vllm",)) == {Engine.VLLM}
+    # The surrogate's profiles price this 70B chat service cheapest off vLLM.
+    assert _placed_engines(_ALL) - {Engine.VLLM}
+
+
+def test_the_engine_is_a_focus_decision_when_there_is_a_choice() -> None:
+    job = chat_job()
+    assert Decision.ENGINE not in searched(job, ProposerConfig())
+    assert Decision.ENGINE in searched(job, ProposerConfig(engine_options=_ALL))
+    env = pools()[0].environment
+    vllm = Ladder((Rank(Chain(job.model, env, Config(tp=2)), 2),))
+    trt = Ladder((Rank(Chain(job.model, env, Config(tp=2, engine="trtllm")), 2),))
+    assert changed_decisions(trt, vllm) == {Decision.ENGINE}
+
+
+@pytest.mark.parametrize("bad", [(), ("vllm", "vllm"), ("tgi",), "vllm", (1,)])
+def test_engine_options_are_a_list_of_distinct_engines(bad: object) -> None:
+    with pytest.raises(InvalidInput, match=r"^engine_options: must be a non-empty list"):
+        ProposerConfig(engine_options=bad)  # type: ignore[arg-type]
+
+
+def test_a_list_from_toml_is_taken() -> None:
+    cfg = ProposerConfig(engine_options=["trtllm", "vllm"])  # type: ignore[arg-type]
+    assert attrs.asdict(cfg)["engine_options"] == ("trtllm", "vllm")
