@@ -359,7 +359,7 @@ class Screener:
             fe = self.surrogate.feasibility(Chain(job.model, env, listed))
             if not fe.ok:
                 continue
-            # One cache-fit cap per (tp, pp, quant), beside its smallest listed batch.
+            # One cache-fit cap per (engine, tp, pp, quant), beside its smallest listed batch.
             cap_fit = (listed.engine, listed.tp, listed.quant, 0)
             capped = None
             if listed.max_batch_size == min(self.cfg.batch_options) and not (
