@@ -20,10 +20,14 @@ each pool to the jobs, tick by tick, at each (job, pool)'s best true tokens/s pe
 tick (the best over engines, tensor and pipeline parallelism within an instance, the job's
 precisions and batch caps of 16–1,024), and lets a job serve in a later tick what was offered
 earlier (a backlog), never more than it was offered so far.  The objective is the evaluator's
-online admission: the mean over online jobs of tokens served / tokens offered.  Replicas are
-continuous, launches take no time, batch jobs get nothing and the load is ``--load`` of
-saturation, so no planner can admit more (``koi.sim.online_admission`` counts requests; the
-bound counts their tokens, which the world draws from the same distribution)::
+online admission: the mean over online jobs of tokens served / tokens offered.  It is solved
+twice: for the online jobs alone, and with every batch job's work to be done between its
+arrival and its deadline first (a share of it the fleet cannot finish is reported).  Replicas
+are continuous, launches take no time and the load is ``--load`` of saturation.  It is a bound at
+the world's own capacity formula (the one its router uses), not a proof: the formula adds a
+request's prefill and decode and counts no prefix-cache hits, so an engine that overlaps them
+can carry somewhat more.  ``koi.sim.online_admission`` counts requests; the bound counts their
+tokens, which the world draws from the same distribution::
 
     python benchmarks/capacity_bound.py --scenario hetero-3h --seed 0 --load 0.6
     python benchmarks/capacity_bound.py --scenario homo-12h --seed 3 --over-time

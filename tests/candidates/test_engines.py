@@ -16,18 +16,20 @@ from koi.types import Chain, ClusterSnapshot, Config, Engine, Ladder, Rank
 _ALL = ("vllm", "sglang", "trtllm")
 
 
-def _placed_engines(engines: tuple[str, ...]) -> set[Engine]:
-    cfg = KoiConfig(proposer=ProposerConfig(engine_options=engines))
+def _placed_engines(engines: tuple[str, ...], min_gain: float = 0.0) -> set[Engine]:
+    cfg = KoiConfig(proposer=ProposerConfig(engine_options=engines, engine_min_gain=min_gain))
     job = chat_job(model="Llama-3.1-70B", rate=4.0)
     plan = unhurried_planner(cfg).tick(ClusterSnapshot(0.0, [job], pools(per_pool=4))).plan
     (action,) = plan.actions
     return {r.chain.config.engine for r in action.ladder.ranks}
 
 
-def test_the_engine_is_chosen_only_where_engines_are_searched() -> None:
+def test_the_engine_is_chosen_only_where_engines_are_searched_and_worth_a_change() -> None:
     assert _placed_engines(("vllm",)) == {Engine.VLLM}
-    # The surrogate's profiles price this 70B chat service cheapest off vLLM.
+    # The surrogate's profiles price this 70B chat service cheapest off vLLM, by less than
+    # 15 % more capacity.
     assert _placed_engines(_ALL) - {Engine.VLLM}
+    assert _placed_engines(_ALL, 1.15) == {Engine.VLLM}
 
 
 def test_the_engine_is_a_focus_decision_when_there_is_a_choice() -> None:
@@ -44,6 +46,12 @@ def test_the_engine_is_a_focus_decision_when_there_is_a_choice() -> None:
 def test_engine_options_are_a_list_of_distinct_engines(bad: object) -> None:
     with pytest.raises(InvalidInput, match=r"^engine_options: must be a non-empty list"):
         ProposerConfig(engine_options=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [-0.5, float("nan"), 1e9])
+def test_the_gain_an_engine_must_bring_is_a_bounded_ratio(bad: float) -> None:
+    with pytest.raises(InvalidInput, match=r"^engine_min_gain: must be (in \[0, 100\]|a number)"):
+        ProposerConfig(engine_min_gain=bad)
 
 
 def test_a_list_from_toml_is_taken() -> None:

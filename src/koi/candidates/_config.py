@@ -10,6 +10,7 @@ from koi.types.validators import (
     list_to_tuple,
     non_negative,
     non_negative_int,
+    number_in,
     positive_int,
     positive_ints,
     share,
@@ -23,7 +24,11 @@ class ProposerConfig:
     """Search space, sizing and focus of the built-in candidate generator.
 
     ``engine_options`` × ``tp_options`` × ``pp_options`` × quantizations × ``batch_options`` is
-    the enumeration; with more than one engine the engine is also a focus decision.  A
+    the enumeration; with more than one engine the engine is also a focus decision, and an
+    option on an engine other than the first is kept only where its screened capacity is at
+    least ``engine_min_gain`` times the first engine's for the same config (0, the default,
+    keeps them all; a change of engine is a cold start on a stratum with no evidence of its
+    own, so 1.15 keeps only a real gain).  A
     replica is sized to run at ``utilization_target`` of its screened capacity (online) or to
     finish a batch job within ``batch_deadline_margin`` of the time to its deadline; at most
     ``max_replicas`` per chain.  Each later S4↔S5 round multiplies the headroom by
@@ -48,6 +53,7 @@ class ProposerConfig:
     engine_options: tuple[str, ...] = attrs.field(
         default=("vllm",), converter=list_to_tuple, validator=engine_names
     )
+    engine_min_gain: float = attrs.field(default=0.0, validator=number_in(0.0, 100.0))
     tp_options: tuple[int, ...] = attrs.field(
         default=(1, 2, 4, 8), converter=list_to_tuple, validator=positive_ints
     )

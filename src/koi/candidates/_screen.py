@@ -346,6 +346,9 @@ class Screener:
         options: list[Option] = []
         # (engine, tp, quant, listed batch, or 0 for the cache-fit cap) -> its first option
         smallest_fit: dict[tuple[str, int, Quant, int], Option] = {}
+        # The first engine's capacity per (tp, pp, quant, batch or 0): what another must beat.
+        first = self.cfg.engine_options[0]
+        first_caps: dict[tuple[int, int, Quant, int], float] = {}
         for listed in self.configs(gpu, env.gpus_per_instance, env.multi_node):
             if time.monotonic() > deadline_s:
                 return None  # incomplete: not cached
@@ -374,6 +377,11 @@ class Screener:
                     continue
                 opt = Option(env, config, cap)
                 smallest_fit.setdefault(key_fit, opt)
+                shape = (config.tp, config.pp, config.quant, key_fit[-1])
+                if config.engine == first:
+                    first_caps[shape] = cap
+                elif cap < self.cfg.engine_min_gain * first_caps.get(shape, 0.0):
+                    continue  # not worth a change of engine (ProposerConfig.engine_min_gain)
                 options.append(opt)
         return self._screens.put(key, options)
 
