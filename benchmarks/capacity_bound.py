@@ -17,9 +17,10 @@ its events happen as they do for every planner — driver updates that move a GP
 workload drift, surges, pool capacity changes — and each tick records the online tokens each
 present job was offered and each pool's GPUs.  One LP over all ticks then gives the GPUs of
 each pool to the jobs, tick by tick, at each (job, pool)'s best true tokens/s per GPU in that
-tick (the best over engines, tensor and pipeline parallelism within an instance, the job's
-precisions and batch caps of 16–1,024), and lets a job serve in a later tick what was offered
-earlier (a backlog), never more than it was offered so far.  The objective is the evaluator's
+tick (the best over the engines of ``--engines``, all by default, tensor and pipeline
+parallelism within an instance, the job's precisions and batch caps of 16–1,024), and lets a
+job serve in a later tick what was offered earlier (a backlog), never more than it was offered
+so far.  The objective is the evaluator's
 online admission: the mean over online jobs of tokens served / tokens offered.  It is solved
 twice: for the online jobs alone, and with every batch job's work to be done between its
 arrival and its deadline first (a share of it the fleet cannot finish is reported).  Replicas
@@ -59,9 +60,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--load", type=float, default=1.0, help="usable share of saturation")
     ap.add_argument("--over-time", action="store_true", help="step the world through its events")
+    ap.add_argument(
+        "--engines",
+        default=",".join(e.value for e in Engine),
+        help="--over-time: the engines a chain may run (comma-separated; default all)",
+    )
     args = ap.parse_args()
     world = build_world(args.scenario, seed=args.seed)
-    out = over_time(world, args.load) if args.over_time else at_start(world, args.load)
+    known = {e.value for e in Engine}
+    if not set(args.engines.split(",")) <= known:
+        ap.error(f"--engines: each must be one of {', '.join(sorted(known))}, got {args.engines!r}")
+    engines = tuple(Engine(e) for e in args.engines.split(","))
+    out = over_time(world, args.load, engines) if args.over_time else at_start(world, args.load)
     print(json.dumps({"scenario": args.scenario, "seed": args.seed, "load": args.load, **out}))
 
 
@@ -114,8 +124,8 @@ def at_start(world: World, load: float) -> dict[str, Any]:
     }
 
 
-def _configs(job: Job, env: Environment) -> Iterator[Config]:
-    for engine in Engine:
+def _configs(job: Job, env: Environment, engines: tuple[Engine, ...]) -> Iterator[Config]:
+    for engine in engines:
         for tp in _TP:
             for pp in _PP:
                 if tp * pp > env.gpus_per_instance:
@@ -125,11 +135,11 @@ def _configs(job: Job, env: Environment) -> Iterator[Config]:
                         yield Config(engine=engine, tp=tp, pp=pp, quant=quant, max_batch_size=batch)
 
 
-def _per_gpu(world: World, job: Job, pool: Pool) -> float:
+def _per_gpu(world: World, job: Job, pool: Pool, engines: tuple[Engine, ...]) -> float:
     """The best true saturated output tokens/s per GPU of ``job`` on ``pool`` now."""
     workload = world.true_workload(job.id)
     best = 0.0
-    for config in _configs(job, pool.environment):
+    for config in _configs(job, pool.environment, engines):
         cap = world.true_capacity(Chain(job.model, pool.environment, config), workload)
         best = max(best, cap / config.gpus)
     return best
@@ -148,7 +158,7 @@ class _Run:
     rates: list[dict[str, list[float]]] = attrs.field(factory=list)
 
 
-def over_time(world: World, load: float) -> dict[str, Any]:
+def over_time(world: World, load: float, engines: tuple[Engine, ...]) -> dict[str, Any]:
     """The bound over the run, the world's events included (module docstring)."""
     sc = world.scenario
     online = {j.id for j in sc.jobs if j.is_online}
@@ -184,7 +194,7 @@ def over_time(world: World, load: float) -> dict[str, Any]:
                     # The truth moves with driver updates (counted by their notes) and drift.
                     key = (job.id, pool.id, world.true_workload(job.id), len(notes))
                     if key not in memo:
-                        memo[key] = _per_gpu(world, job, pool) * load
+                        memo[key] = _per_gpu(world, job, pool, engines) * load
                     row.append(memo[key])
                 rates[job.id] = row
         run.rates.append(rates)
@@ -198,7 +208,11 @@ def over_time(world: World, load: float) -> dict[str, Any]:
         for j in sc.jobs
         if not j.is_online
     }
-    out: dict[str, Any] = {"online_jobs": len(jobs), "batch_jobs": len(need)}
+    out: dict[str, Any] = {
+        "engines": [e.value for e in engines],
+        "online_jobs": len(jobs),
+        "batch_jobs": len(need),
+    }
     for label, batch in (("online_only", {}), ("batch_deadlines_kept", need)):
         served, missed = _solve(jobs, totals, batch, run)
         shares = {j: served[j] / totals[j] for j in jobs}
