@@ -318,9 +318,7 @@ class Screener:
         for engine in cfg.engine_options:
             for tp in cfg.tp_options:
                 for pp in cfg.pp_options:
-                    if tp * pp > gpus_per_instance and not multi_node:
-                        continue
-                    if tp > gpu.gpus_per_node:
+                    if (tp * pp > gpus_per_instance and not multi_node) or tp > gpu.gpus_per_node:
                         continue
                     for quant in quants:
                         for batch in cfg.batch_options:
