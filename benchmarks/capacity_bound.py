@@ -47,7 +47,7 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 
 from koi.sim import DeferAll, World, build_world
-from koi.types import Chain, Config, Engine, Environment, Job, Pool
+from koi.types import Chain, Config, Engine, Environment, Job, Pool, WorkloadProfile
 
 _TP = (1, 2, 4, 8)
 _PP = (1, 2)
@@ -135,9 +135,11 @@ def _configs(job: Job, env: Environment, engines: tuple[Engine, ...]) -> Iterato
                         yield Config(engine=engine, tp=tp, pp=pp, quant=quant, max_batch_size=batch)
 
 
-def _per_gpu(world: World, job: Job, pool: Pool, engines: tuple[Engine, ...]) -> float:
-    """The best true saturated output tokens/s per GPU of ``job`` on ``pool`` now."""
-    workload = world.true_workload(job.id)
+def _per_gpu(
+    world: World, job: Job, workload: WorkloadProfile, pool: Pool, engines: tuple[Engine, ...]
+) -> float:
+    """The best true saturated output tokens/s per GPU of ``job`` (serving ``workload``) on
+    ``pool`` now."""
     best = 0.0
     for config in _configs(job, pool.environment, engines):
         cap = world.true_capacity(Chain(job.model, pool.environment, config), workload)
@@ -189,12 +191,13 @@ def over_time(world: World, load: float, engines: tuple[Engine, ...]) -> dict[st
         rates = {}
         for job in snapshot.jobs:
             if job.id in run.offered[-1] or job.id in run.open_s[-1]:
+                workload = world.true_workload(job.id)
                 row = []
                 for pool in snapshot.pools:
                     # The truth moves with driver updates (counted by their notes) and drift.
-                    key = (job.id, pool.id, world.true_workload(job.id), len(notes))
+                    key = (job.id, pool.id, workload, len(notes))
                     if key not in memo:
-                        memo[key] = _per_gpu(world, job, pool, engines) * load
+                        memo[key] = _per_gpu(world, job, workload, pool, engines) * load
                     row.append(memo[key])
                 rates[job.id] = row
         run.rates.append(rates)
