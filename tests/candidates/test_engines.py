@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from tests.planner._world import chat_job, pools, unhurried_planner
+from tests.planner._world import CATALOG, chat_job, pools, unhurried_planner
 
 from koi.candidates import ProposerConfig, changed_decisions, searched
 from koi.config import KoiConfig
 from koi.dag import Decision
 from koi.errors import InvalidInput
-from koi.types import Chain, ClusterSnapshot, Config, Engine, Ladder, Rank
+from koi.types import Chain, ClusterSnapshot, Config, Engine, Ladder, Pool, Rank
 
 _ALL = ("vllm", "sglang", "trtllm")
 
@@ -30,6 +30,18 @@ def test_the_engine_is_chosen_only_where_engines_are_searched_and_worth_a_change
     # 15 % more capacity.
     assert _placed_engines(_ALL) - {Engine.VLLM}
     assert _placed_engines(_ALL, 1.15) == {Engine.VLLM}
+
+
+def test_an_engine_is_never_placed_on_a_gpu_it_has_no_build_for() -> None:
+    # AMD GPUs only: TensorRT-LLM alone serves nothing there; listed beside SGLang, SGLang.
+    (env, *_) = CATALOG.environments(clouds=["azure"], markets=["on_demand"], gpus=["MI300X"])
+    snapshot = ClusterSnapshot(0.0, [chat_job(rate=4.0)], [Pool(env, 8)])
+    placed = []
+    for engines in [("trtllm",), ("trtllm", "sglang")]:
+        cfg = KoiConfig(proposer=ProposerConfig(engine_options=engines))
+        (action,) = unhurried_planner(cfg).tick(snapshot).plan.actions
+        placed.append({r.chain.config.engine for r in action.ladder.ranks})
+    assert placed == [set(), {Engine.SGLANG}]
 
 
 def test_the_engine_is_a_focus_decision_when_there_is_a_choice() -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import attrs
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from tests._support.specs import gpus, models
 
-from koi.surrogate import feasibility
+from koi.errors import InvalidInput
+from koi.surrogate import EngineProfile, SurrogateConfig, feasibility
 from koi.types import Config, Environment
 
 
@@ -65,6 +68,30 @@ def test_topology_rules() -> None:
     # 4 GPUs cannot pack onto 6-GPU instances.
     assert "neither divide" in feasibility(g, m, Config(tp=4), _env("H100-SXM", 6)).reason
     assert "is not" in feasibility(g, m, Config(), _env("L4", 1)).reason
+
+
+def test_an_engine_runs_only_on_the_gpu_vendors_it_has_builds_for() -> None:
+    m = models()["Llama-3.1-70B"]
+    amd, nvidia = gpus()["MI300X"], gpus()["H100-SXM"]
+    assert amd.vendor == "amd"
+    trt = Config(tp=4, engine="trtllm")
+    f = feasibility(amd, m, trt, _env("MI300X", 8))
+    assert not f.ok
+    assert f.reason == "trtllm runs on nvidia GPUs, not on MI300X (amd)"
+    assert feasibility(nvidia, m, trt, _env("H100-SXM", 8)).ok
+    for engine in ("vllm", "sglang"):  # both ship ROCm builds
+        assert feasibility(amd, m, Config(tp=4, engine=engine), _env("MI300X", 8)).ok
+    # The list is the profile's: an operator's own build of TensorRT-LLM for AMD is taken.
+    cfg = SurrogateConfig()
+    anywhere = attrs.evolve(cfg.engine_profile("trtllm"), vendors=())
+    cfg = attrs.evolve(cfg, engines={**dict(cfg.engines), "trtllm": anywhere})
+    assert feasibility(amd, m, trt, _env("MI300X", 8), cfg=cfg).ok
+
+
+@pytest.mark.parametrize("bad", ["nvidia", ("NVIDIA",), ("nvidia", "nvidia"), ("",), (1,)])
+def test_engine_vendors_are_a_list_of_distinct_lower_case_names(bad: object) -> None:
+    with pytest.raises(InvalidInput, match=r"^vendors: must be a list of distinct lower-case"):
+        EngineProfile(vendors=bad)  # type: ignore[arg-type]
 
 
 @given(

@@ -15,6 +15,8 @@ from koi.types.validators import (
     engine_name,
     finite,
     fraction,
+    list_to_tuple,
+    names,
     non_negative,
     non_negative_int,
     positive,
@@ -140,6 +142,8 @@ class EngineProfile:
     # ModelOpt's kv_cache_quant_algo FP8).  Off by default: whether a given FP8 checkpoint
     # carries it is per checkpoint, so set it, or Config.kv_cache_dtype="fp8", when it does.
     fp8_checkpoint_kv: bool = attrs.field(default=False, validator=boolean)
+    # The GPU vendors (GpuSpec.vendor, lower case) the engine has builds for; empty: any.
+    vendors: tuple[str, ...] = attrs.field(default=(), converter=list_to_tuple, validator=names)
 
 
 T = TypeVar("T")
@@ -217,7 +221,11 @@ _ENGINES = {
     "sglang": EngineProfile(
         base_ms=1.0, per_seq_ms=0.01, mixed_prefill=False, kv_memory_rule="static_fraction"
     ),
-    "trtllm": EngineProfile(base_ms=2.5, per_seq_ms=0.006, kv_memory_rule="free_fraction"),
+    # TensorRT-LLM is built on CUDA and TensorRT: NVIDIA GPUs only (vLLM and SGLang have ROCm
+    # builds).
+    "trtllm": EngineProfile(
+        base_ms=2.5, per_seq_ms=0.006, kv_memory_rule="free_fraction", vendors=("nvidia",)
+    ),
 }
 # Collectives per interconnect kind.  pcie (peer-to-peer) and pcie_no_p2p: least-squares fit on
 # aiconfigurator-core's measured NCCL all-reduce tables (benchmarks/fit_collectives.py,

@@ -130,7 +130,10 @@ def feasibility(
     seq_tokens: int | None = None,
     max_request_tokens: int | None = None,
 ) -> Feasibility:
-    """Constraint C2 for one chain: topology, then memory.
+    """Constraint C2 for one chain: the engine's platform, topology, then memory.
+
+    An engine runs only on the GPU vendors its profile lists (``EngineProfile.vendors``;
+    TensorRT-LLM: NVIDIA).
 
     Per GPU, with ``M`` the memory the device reports and ``u`` the engine's memory utilisation
     (``config.gpu_memory_utilization``), ``R`` the reserves of :func:`reserve_gib` and ``W``
@@ -152,7 +155,13 @@ def feasibility(
     memory = gpu.device_memory_gib
     usable = _usable_gib(memory, weights, activ, config, cfg)
     pressure = (weights + activ) / memory
-    problem = _topology_problem(gpu, model, config, environment)
+    vendors = cfg.engine_profile(config.engine).vendors
+    if vendors and gpu.vendor.lower() not in vendors:
+        problem: str | None = (
+            f"{config.engine} runs on {' or '.join(vendors)} GPUs, not on {gpu.name} ({gpu.vendor})"
+        )
+    else:
+        problem = _topology_problem(gpu, model, config, environment)
     if problem is not None:
         return Feasibility(
             ok=False,

@@ -142,6 +142,16 @@ def identifier(_inst: object, attribute: attrs.Attribute[Any], value: object) ->
         raise _fail(attribute, "a non-empty name", value)
 
 
+def names(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    """A tuple (possibly empty) of distinct lower-case names."""
+    rule = "a list of distinct lower-case names"
+    if not isinstance(value, tuple) or len(set(value)) != len(value):
+        raise _fail(attribute, rule, value)
+    for v in value:
+        if not isinstance(v, str) or not v or v != v.strip().lower():
+            raise _fail(attribute, rule, value)
+
+
 def one_of(kind: type[Any]) -> Validator:
     """A member of the enum ``kind``."""
 
