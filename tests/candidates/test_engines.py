@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from tests.planner._world import CATALOG, chat_job, pools, unhurried_planner
+from tests.planner._world import CATALOG, SURROGATE, chat_job, pools, unhurried_planner
 
-from koi.candidates import ProposerConfig, changed_decisions, searched
+from koi.candidates import (
+    CandidateGenerator,
+    ProposalContext,
+    ProposerConfig,
+    changed_decisions,
+    searched,
+)
 from koi.config import KoiConfig
 from koi.dag import Decision
 from koi.errors import InvalidInput
@@ -44,10 +50,37 @@ def test_an_engine_is_never_placed_on_a_gpu_it_has_no_build_for() -> None:
     assert placed == [set(), {Engine.SGLANG}]
 
 
-def test_the_engine_is_a_focus_decision_when_there_is_a_choice() -> None:
+def _engines_proposed(cfg: ProposerConfig, incumbent: Ladder | None) -> set[Engine]:
+    job = chat_job(model="Llama-3.1-70B", rate=4.0)
+    snapshot = ClusterSnapshot(0.0, [job], pools(per_pool=16))
+    context = ProposalContext(
+        snapshot=snapshot,
+        gpus=dict(CATALOG.gpus),
+        models=dict(CATALOG.models),
+        incumbent=incumbent,
+        max_candidates=30,
+    )
+    ladders = CandidateGenerator(SURROGATE, cfg).propose(job, context)
+    return {r.chain.config.engine for lad in ladders for r in lad.ranks}
+
+
+def test_a_running_job_keeps_its_engine_unless_engine_changes_are_allowed() -> None:
+    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
+    chain = Chain("Llama-3.1-70B", env, Config(tp=4, engine="sglang"))
+    running = Ladder((Rank(chain, 1),))
+    engines = ProposerConfig(engine_options=_ALL)
+    assert len(_engines_proposed(engines, None)) > 1  # a job being placed: any engine
+    assert _engines_proposed(engines, running) == {Engine.SGLANG}
+    changes = attrs.evolve(engines, engine_changes=True)
+    assert len(_engines_proposed(changes, running)) > 1
+
+
+def test_the_engine_is_a_focus_decision_when_a_running_job_may_change_it() -> None:
     job = chat_job()
     assert Decision.ENGINE not in searched(job, ProposerConfig())
-    assert Decision.ENGINE in searched(job, ProposerConfig(engine_options=_ALL))
+    assert Decision.ENGINE not in searched(job, ProposerConfig(engine_options=_ALL))
+    changes = ProposerConfig(engine_options=_ALL, engine_changes=True)
+    assert Decision.ENGINE in searched(job, changes)
     env = pools()[0].environment
     vllm = Ladder((Rank(Chain(job.model, env, Config(tp=2)), 2),))
     trt = Ladder((Rank(Chain(job.model, env, Config(tp=2, engine="trtllm")), 2),))

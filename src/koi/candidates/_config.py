@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 
 from koi.types.validators import (
+    boolean,
     engine_names,
     fraction,
     list_to_tuple,
@@ -28,7 +29,10 @@ class ProposerConfig:
     option on an engine other than the first is kept only where its screened capacity is at
     least ``engine_min_gain`` times the first engine's for the same config (0, the default,
     keeps them all; a change of engine is a cold start on a stratum with no evidence of its
-    own, so 1.15 keeps only a real gain).  A
+    own, so 1.15 keeps only a real gain).  The engine is chosen when a job is placed: a running
+    job's candidates keep its engine unless ``engine_changes`` (a change of engine restarts
+    every replica on strata with no evidence of their own, and measured it cost more than it
+    gained; docs/benchmark.md).  A
     replica is sized to run at ``utilization_target`` of its screened capacity (online) or to
     finish a batch job within ``batch_deadline_margin`` of the time to its deadline; at most
     ``max_replicas`` per chain.  Each later S4↔S5 round multiplies the headroom by
@@ -54,6 +58,7 @@ class ProposerConfig:
         default=("vllm",), converter=list_to_tuple, validator=engine_names
     )
     engine_min_gain: float = attrs.field(default=0.0, validator=number_in(0.0, 100.0))
+    engine_changes: bool = attrs.field(default=False, validator=boolean)
     tp_options: tuple[int, ...] = attrs.field(
         default=(1, 2, 4, 8), converter=list_to_tuple, validator=positive_ints
     )

@@ -46,9 +46,9 @@ SEARCHED: tuple[Decision, ...] = (
 
 def searched(job: Job, cfg: ProposerConfig) -> tuple[Decision, ...]:
     """The decisions searched for ``job``: :data:`SEARCHED`, the engine where there is a
-    choice of engines, and routing where it changes the job's prefix-cache hits."""
+    choice of engines and a running job may change it, and routing where it changes the job's prefix-cache hits."""
     out = SEARCHED
-    if len(cfg.engine_options) > 1:
+    if len(cfg.engine_options) > 1 and cfg.engine_changes:
         out = (*out, Decision.ENGINE)
     if routing_matters(job):
         out = (*out, Decision.ROUTING)

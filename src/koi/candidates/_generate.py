@@ -82,6 +82,7 @@ class CandidateGenerator:
             if p.environment.gpu in context.gpus and p.environment.gpu in book_gpus
         ]
         ladders: dict[Ladder, _Ranked] = {}
+        engine = self._kept_engine(context.incumbent)
         pools_for: dict[tuple[str, int], list[Environment]] = {}
         for sized in self.screener.sized_options(
             job,
@@ -93,6 +94,8 @@ class CandidateGenerator:
             corrections=context.corrections,
         ):
             opt = sized.option
+            if engine is not None and opt.config.engine != engine:
+                continue
             per_replica_tok_s = max(
                 sized.prediction.outcomes.throughput_tok_s / sized.replicas, 1e-9
             )
@@ -107,6 +110,13 @@ class CandidateGenerator:
                 ladders.setdefault(ladder, _Ranked(ladder, cost, sized.meets_target))
         focus = job_focus(job, context, self.cfg)
         return self._shortlist(job, ladders, focus, context)
+
+    def _kept_engine(self, incumbent: Ladder | None) -> str | None:
+        """The engine a running job's candidates keep (``ProposerConfig.engine_changes``);
+        ``None``: any listed."""
+        if self.cfg.engine_changes or incumbent is None or incumbent.is_empty:
+            return None
+        return incumbent.ranks[0].chain.config.engine
 
     def _shortlist(
         self,
