@@ -32,8 +32,8 @@ __all__ = [
 ]
 
 #: The decisions the built-in generator searches over; pools and markets are priced, not
-#: focused.  The engine joins them when the proposer enumerates more than one
-#: (:func:`searched`).
+#: focused.  The engine joins them when the proposer enumerates more than one and running
+#: jobs may change it (:func:`searched`).
 SEARCHED: tuple[Decision, ...] = (
     Decision.GPU_TYPE,
     Decision.TP,
@@ -46,7 +46,8 @@ SEARCHED: tuple[Decision, ...] = (
 
 def searched(job: Job, cfg: ProposerConfig) -> tuple[Decision, ...]:
     """The decisions searched for ``job``: :data:`SEARCHED`, the engine where there is a
-    choice of engines and a running job may change it, and routing where it changes the job's prefix-cache hits."""
+    choice of engines and a running job may change it (``engine_changes``), and routing where
+    it changes the job's prefix-cache hits."""
     out = SEARCHED
     if len(cfg.engine_options) > 1 and cfg.engine_changes:
         out = (*out, Decision.ENGINE)
