@@ -73,6 +73,9 @@ def test_a_running_job_keeps_its_engine_unless_engine_changes_are_allowed() -> N
     assert _engines_proposed(engines, running) == {Engine.SGLANG}
     changes = attrs.evolve(engines, engine_changes=True)
     assert len(_engines_proposed(changes, running)) > 1
+    # An engine the screen does not list (the host deployed it) is not kept: vLLM is offered
+    # beside the incumbent's ±1-replica neighbours.
+    assert _engines_proposed(ProposerConfig(), running) == {Engine.VLLM, Engine.SGLANG}
 
 
 def test_the_engine_is_a_focus_decision_when_a_running_job_may_change_it() -> None:

@@ -30,7 +30,8 @@ class ProposerConfig:
     least ``engine_min_gain`` times the first engine's for the same config (0, the default,
     keeps them all; a change of engine is a cold start on a stratum with no evidence of its
     own, so 1.15 keeps only a real gain).  The engine is chosen when a job is placed: a running
-    job's candidates keep its engine unless ``engine_changes`` (a change of engine restarts
+    job's candidates keep its engine (when listed; one the screen does not list, a host's own
+    deployment, gets the listed ones) unless ``engine_changes`` (a change of engine restarts
     every replica on strata with no evidence of their own, and measured it cost more than it
     gained; docs/benchmark.md).  A
     replica is sized to run at ``utilization_target`` of its screened capacity (online) or to

@@ -112,11 +112,12 @@ class CandidateGenerator:
         return self._shortlist(job, ladders, focus, context)
 
     def _kept_engine(self, incumbent: Ladder | None) -> str | None:
-        """The engine a running job's candidates keep (``ProposerConfig.engine_changes``);
-        ``None``: any listed."""
+        """The engine a running job's candidates keep (``ProposerConfig.engine_changes``):
+        its own when the screen lists it; ``None``: any listed."""
         if self.cfg.engine_changes or incumbent is None or incumbent.is_empty:
             return None
-        return incumbent.ranks[0].chain.config.engine
+        engine = incumbent.ranks[0].chain.config.engine
+        return engine if engine in self.cfg.engine_options else None
 
     def _shortlist(
         self,
