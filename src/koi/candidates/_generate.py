@@ -59,6 +59,13 @@ class CandidateGenerator:
     def __init__(self, surrogate: Surrogate, cfg: ProposerConfig | None = None) -> None:
         self.cfg = cfg or ProposerConfig()
         self.screener = Screener(surrogate, self.cfg)
+        # A running job keeps its engine (ProposerConfig.engine_changes): its options are
+        # sized on a screen of that engine alone, not sized under every engine and dropped.
+        engines = self.cfg.engine_options
+        self._kept_screens = {
+            e: Screener(surrogate, attrs.evolve(self.cfg, engine_options=(e,)))
+            for e in (engines if len(engines) > 1 and not self.cfg.engine_changes else ())
+        }
         self._uncertainty = StratumUncertainty()
 
     def propose(self, job: Job, context: ProposalContext) -> list[Ladder]:
@@ -83,8 +90,11 @@ class CandidateGenerator:
         ]
         ladders: dict[Ladder, _Ranked] = {}
         engine = self._kept_engine(context.incumbent)
+        screener = (
+            self.screener if engine is None else self._kept_screens.get(engine, self.screener)
+        )
         pools_for: dict[tuple[str, int], list[Environment]] = {}
-        for sized in self.screener.sized_options(
+        for sized in screener.sized_options(
             job,
             shapes,
             context.gpus,
@@ -94,8 +104,6 @@ class CandidateGenerator:
             corrections=context.corrections,
         ):
             opt = sized.option
-            if engine is not None and opt.config.engine != engine:
-                continue
             per_replica_tok_s = max(
                 sized.prediction.outcomes.throughput_tok_s / sized.replicas, 1e-9
             )
@@ -111,13 +119,13 @@ class CandidateGenerator:
         focus = job_focus(job, context, self.cfg)
         return self._shortlist(job, ladders, focus, context)
 
-    def _kept_engine(self, incumbent: Ladder | None) -> str | None:
-        """The engine a running job's candidates keep (``ProposerConfig.engine_changes``):
-        its own when the screen lists it; ``None``: any listed."""
-        if self.cfg.engine_changes or incumbent is None or incumbent.is_empty:
+    @staticmethod
+    def _kept_engine(incumbent: Ladder | None) -> str | None:
+        """A running job's engine (its candidates keep it where :attr:`_kept_screens` has a
+        screen of it); ``None`` for a job being placed."""
+        if incumbent is None or incumbent.is_empty:
             return None
-        engine = incumbent.ranks[0].chain.config.engine
-        return engine if engine in self.cfg.engine_options else None
+        return incumbent.ranks[0].chain.config.engine
 
     def _shortlist(
         self,
