@@ -128,6 +128,28 @@ def test_a_decision_outside_the_backward_query_is_not_varied(
     assert any(changed_decisions(lad, incumbent) == {Decision.MAX_BATCH_SIZE} for lad in focused)
 
 
+def test_an_incumbent_on_an_unlisted_engine_is_focused_as_on_a_listed_one(
+    proposer: DefaultProposer, chat: Job, snapshot: ClusterSnapshot, incumbent: Ladder
+) -> None:
+    # The host runs the job on SGLang; the screen lists vLLM only, so every candidate changes
+    # the engine, and the focus still names what else it may change.
+    (rank,) = incumbent.ranks
+    chain = attrs.evolve(rank.chain, config=attrs.evolve(rank.chain.config, engine="sglang"))
+    on_sglang = Ladder((attrs.evolve(rank, chain=chain),))
+    running = attrs.evolve(
+        snapshot,
+        active=[
+            attrs.evolve(a, ladder=on_sglang) if a.job_id == "chat" else a for a in snapshot.active
+        ],
+    )
+    focused = propose(
+        proposer, chat, running, dag=NARROW.view(), at_risk=("y:p99_tpot_ms",), incumbent=on_sglang
+    )
+    moved = {changed_decisions(lad, on_sglang) - {Decision.ENGINE} for lad in focused}
+    assert frozenset({Decision.QUANT}) in moved
+    assert all(m <= {Decision.QUANT, Decision.MAX_BATCH_SIZE} for m in moved)
+
+
 def test_the_at_risk_outcome_picks_the_decisions(
     proposer: DefaultProposer, chat: Job, snapshot: ClusterSnapshot, incumbent: Ladder
 ) -> None:

@@ -160,6 +160,11 @@ class Steering:
         narrow = focus is not None and not every <= set(focus.decisions)
         self.focus = frozenset(focus.decisions) if focus is not None and narrow else None
         self.incumbent = context.incumbent
+        # An incumbent on an engine the screen does not list (a host's own deployment): every
+        # candidate changes its engine, which then is no move of the search's own.
+        engine = None if not self.incumbent else main_rank(self.incumbent).chain.config.engine
+        unlisted = engine is not None and engine not in cfg.engine_options
+        self._unlisted = frozenset({Decision.ENGINE} if unlisted else ())
         # What the job is at risk on; else what the focus moves; else all it is scored on.
         chosen = context.at_risk or (focus.outcomes if focus else objectives(job))
         outcomes = {node_name(o) for o in chosen}
@@ -174,11 +179,32 @@ class Steering:
         )
         self._contexts: dict[Rank, RankContext | None] = {}
 
+    def changed(self, ladder: Ladder) -> frozenset[Decision]:
+        """The searched decisions ``ladder`` moves from the incumbent (:func:`changed_decisions`,
+        less an engine change every candidate makes)."""
+        assert self.incumbent is not None
+        return changed_decisions(ladder, self.incumbent) - self._unlisted
+
     def allowed(self, ladder: Ladder) -> bool:
         """Inside the focus: changes no decision the backward query does not reach."""
         if self.focus is None or self.incumbent is None:
             return True
-        return changed_decisions(ladder, self.incumbent) <= self.focus
+        return self.changed(ladder) <= self.focus
+
+    def single_moves(self, ranked: Sequence[Ladder], decisions: Sequence[Decision]) -> list[Ladder]:
+        """Per decision, the cheapest ladder that changes it and nothing else from the
+        incumbent."""
+        best: dict[Decision, Ladder] = {}
+        wanted = set(decisions)
+        for ladder in ranked:
+            changed = self.changed(ladder)
+            if len(changed) == 1:
+                (decision,) = changed
+                if decision in wanted and decision not in best:
+                    best[decision] = ladder
+                    if len(best) == len(wanted):
+                        break
+        return [best[d] for d in decisions if d in best]
 
     def distrusted(self, ladder: Ladder) -> bool:
         """Inside the scope of a confident mechanism that moves an at-risk outcome."""
@@ -208,20 +234,3 @@ class Steering:
                 else RankContext.from_rank(rank, spec, gpu, self.job)
             )
         return self._contexts[rank]
-
-
-def single_moves(
-    ranked: Sequence[Ladder], incumbent: Ladder, decisions: Sequence[Decision]
-) -> list[Ladder]:
-    """Per decision, the cheapest ladder that changes it and nothing else from the incumbent."""
-    best: dict[Decision, Ladder] = {}
-    wanted = set(decisions)
-    for ladder in ranked:
-        changed = changed_decisions(ladder, incumbent)
-        if len(changed) == 1:
-            (decision,) = changed
-            if decision in wanted and decision not in best:
-                best[decision] = ladder
-                if len(best) == len(wanted):
-                    break
-    return [best[d] for d in decisions if d in best]

@@ -21,7 +21,7 @@ import attrs
 from koi.candidates._config import ProposerConfig
 from koi.candidates._context import ProposalContext
 from koi.candidates._explore import StratumUncertainty
-from koi.candidates._focus import Focus, Steering, job_focus, single_moves
+from koi.candidates._focus import Focus, Steering, job_focus, main_rank
 from koi.candidates._placement import free_gpus, hosts, place
 from koi.candidates._routing import routing_matters, with_routing
 from koi.candidates._screen import Screener
@@ -125,7 +125,7 @@ class CandidateGenerator:
         screen of it); ``None`` for a job being placed."""
         if incumbent is None or incumbent.is_empty:
             return None
-        return incumbent.ranks[0].chain.config.engine
+        return main_rank(incumbent).chain.config.engine
 
     def _shortlist(
         self,
@@ -188,7 +188,7 @@ class CandidateGenerator:
                 add(ladder)
         if focus is not None and incumbent is not None:
             moves = focus.decisions[: self.cfg.focus_moves]
-            for ladder in single_moves([r.ladder for r in ranked], incumbent, moves):
+            for ladder in steer.single_moves([r.ladder for r in ranked], moves):
                 add(ladder)
         for r in ranked:
             if len(picked) >= limit:
