@@ -60,7 +60,8 @@ class CandidateGenerator:
         self.cfg = cfg or ProposerConfig()
         self.screener = Screener(surrogate, self.cfg)
         # A running job keeps its engine (ProposerConfig.engine_changes): its options are
-        # sized on a screen of that engine alone, not sized under every engine and dropped.
+        # sized on a screen of that engine alone, not sized under every engine and dropped
+        # (engine_min_gain does not apply there: keeping an engine is no change of engine).
         engines = self.cfg.engine_options
         self._kept_screens = {
             e: Screener(surrogate, attrs.evolve(self.cfg, engine_options=(e,)))

@@ -183,11 +183,11 @@ def engine_name(_inst: object, attribute: attrs.Attribute[Any], value: object) -
 
 def engine_names(_inst: object, attribute: attrs.Attribute[Any], value: object) -> None:
     """A non-empty tuple of distinct engine names (an enumeration's options)."""
-    names = {e.value for e in Engine}
-    rule = f"a non-empty list of distinct engines among {', '.join(sorted(names))}"
+    known = {e.value for e in Engine}
+    rule = f"a non-empty list of distinct engines among {', '.join(sorted(known))}"
     if not isinstance(value, tuple) or not value or len(set(value)) != len(value):
         raise _fail(attribute, rule, value)
-    if not all(isinstance(v, str) and v in names for v in value):
+    if not all(isinstance(v, str) and v in known for v in value):
         raise _fail(attribute, rule, value)
 
 
