@@ -78,6 +78,27 @@ def test_a_running_job_keeps_its_engine_unless_engine_changes_are_allowed() -> N
     assert _engines_proposed(ProposerConfig(), running) == {Engine.VLLM, Engine.SGLANG}
 
 
+def test_a_running_job_is_sized_on_the_screen_of_the_engine_it_keeps() -> None:
+    # The screen behind both its proposals and its budget book (the book takes the fewest
+    # GPUs among these options): a book sized on engines the job cannot move to would ask for
+    # GPUs its proposals never use.
+    job = chat_job(model="Llama-3.1-70B", rate=4.0)
+    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
+    running = Ladder((Rank(Chain(job.model, env, Config(tp=4, engine="sglang")), 1),))
+
+    def book_engines(cfg: ProposerConfig, incumbent: Ladder | None) -> set[Engine]:
+        screener = CandidateGenerator(SURROGATE, cfg).screener_for(incumbent)
+        envs = [p.environment for p in pools()]
+        sized = screener.sized_options(job, envs, dict(CATALOG.gpus), now_s=0.0)
+        return {s.option.config.engine for s in sized}
+
+    engines = ProposerConfig(engine_options=_ALL)
+    assert len(book_engines(engines, None)) > 1
+    assert book_engines(engines, running) == {Engine.SGLANG}
+    assert len(book_engines(attrs.evolve(engines, engine_changes=True), running)) > 1
+    assert book_engines(ProposerConfig(), running) == {Engine.VLLM}  # SGLang is not listed
+
+
 def test_the_engine_is_a_focus_decision_when_a_running_job_may_change_it() -> None:
     job = chat_job()
     assert Decision.ENGINE not in searched(job, ProposerConfig())

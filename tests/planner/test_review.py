@@ -114,7 +114,7 @@ def test_the_books_leave_out_what_settled_jobs_hold() -> None:
             BudgetBooks(planner.config.budget),
             snapshot,
             snapshot.jobs,
-            screener=planner.generator.screener,
+            screener=lambda job: planner.generator.screener,
             gpus=planner.gpus,
             reference_costs={"chat": 1.0},
             cfg=planner.config,

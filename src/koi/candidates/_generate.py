@@ -90,10 +90,7 @@ class CandidateGenerator:
             if p.environment.gpu in context.gpus and p.environment.gpu in book_gpus
         ]
         ladders: dict[Ladder, _Ranked] = {}
-        engine = self._kept_engine(context.incumbent)
-        screener = (
-            self.screener if engine is None else self._kept_screens.get(engine, self.screener)
-        )
+        screener = self.screener_for(context.incumbent)
         pools_for: dict[tuple[str, int], list[Environment]] = {}
         for sized in screener.sized_options(
             job,
@@ -120,13 +117,14 @@ class CandidateGenerator:
         focus = job_focus(job, context, self.cfg)
         return self._shortlist(job, ladders, focus, context)
 
-    @staticmethod
-    def _kept_engine(incumbent: Ladder | None) -> str | None:
-        """A running job's engine (its candidates keep it where :attr:`_kept_screens` has a
-        screen of it); ``None`` for a job being placed."""
+    def screener_for(self, incumbent: Ladder | None) -> Screener:
+        """The screen a job's options are sized on: a running job's own engine's when it keeps
+        it (several engines listed, ``engine_changes`` off, its engine among them), else the
+        screen of every listed engine."""
         if incumbent is None or incumbent.is_empty:
-            return None
-        return main_rank(incumbent).chain.config.engine
+            return self.screener
+        engine = main_rank(incumbent).chain.config.engine
+        return self._kept_screens.get(engine, self.screener)
 
     def _shortlist(
         self,

@@ -419,7 +419,8 @@ class Planner:
             self.books,
             snapshot,
             reviewing,
-            screener=self.generator.screener,
+            # A running job's book sizes the options it can take: those of the engine it keeps.
+            screener=lambda job: self.generator.screener_for(snapshot.current_ladders.get(job.id)),
             gpus=self.gpus,
             reference_costs=refs,
             cfg=cfg,

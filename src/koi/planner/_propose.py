@@ -53,7 +53,7 @@ def budget_books(
     snapshot: ClusterSnapshot,
     jobs: Sequence[Job],
     *,
-    screener: Screener,
+    screener: Callable[[Job], Screener],
     gpus: Mapping[str, GpuSpec],
     reference_costs: Mapping[str, float],
     cfg: KoiConfig,
@@ -63,8 +63,8 @@ def budget_books(
     held: Mapping[str, int] | None = None,
 ) -> Mapping[str, BudgetBook]:
     """The host's books when a plugin gives them (by ``deadline_s``), else the root planner's
-    LP (paper §2.6), each job's demand sized with its ``corrections`` in force, over the
-    pools' GPUs less those ``held`` by jobs left out of ``jobs`` (per pool)."""
+    LP (paper §2.6), each job's demand sized on its ``screener`` with its ``corrections`` in
+    force, over the pools' GPUs less those ``held`` by jobs left out of ``jobs`` (per pool)."""
     from_host = host.budget_books(snapshot, deadline_s=deadline_s)
     if from_host is not None:
         return from_host
@@ -73,7 +73,7 @@ def budget_books(
         d = job_demand(
             job,
             snapshot,
-            screener,
+            screener(job),
             gpus,
             reference_cost_per_mtok=reference_costs[job.id],
             scoring=cfg.scoring,
