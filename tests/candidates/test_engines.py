@@ -3,6 +3,8 @@ focused on, and chosen where it serves a job more cheaply."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 from tests.planner._world import CATALOG, SURROGATE, chat_job, pools, unhurried_planner
@@ -11,13 +13,25 @@ from koi.candidates import (
     CandidateGenerator,
     ProposalContext,
     ProposerConfig,
+    Screener,
     changed_decisions,
     searched,
 )
 from koi.config import KoiConfig
 from koi.dag import Decision
 from koi.errors import InvalidInput
-from koi.types import Chain, ClusterSnapshot, Config, Engine, Ladder, Pool, Rank
+from koi.planner import _propose
+from koi.types import (
+    ActiveDeployment,
+    Chain,
+    ClusterSnapshot,
+    Config,
+    Engine,
+    Job,
+    Ladder,
+    Pool,
+    Rank,
+)
 
 _ALL = ("vllm", "sglang", "trtllm")
 
@@ -97,6 +111,27 @@ def test_a_running_job_is_sized_on_the_screen_of_the_engine_it_keeps() -> None:
     assert book_engines(engines, running) == {Engine.SGLANG}
     assert len(book_engines(attrs.evolve(engines, engine_changes=True), running)) > 1
     assert book_engines(ProposerConfig(), running) == {Engine.VLLM}  # SGLang is not listed
+
+
+def test_the_planner_sizes_a_running_jobs_budget_book_on_its_kept_engine(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = chat_job(model="Llama-3.1-70B", rate=4.0)
+    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
+    running = Ladder((Rank(Chain(job.model, env, Config(tp=4, engine="sglang")), 1),))
+    sized_on: list[tuple[str, ...]] = []
+    demand = _propose.job_demand
+
+    def spy(job: Job, snapshot: ClusterSnapshot, screener: Screener, *a: Any, **k: Any) -> Any:
+        sized_on.append(screener.cfg.engine_options)
+        return demand(job, snapshot, screener, *a, **k)
+
+    monkeypatch.setattr(_propose, "job_demand", spy)
+    planner = unhurried_planner(KoiConfig(proposer=ProposerConfig(engine_options=_ALL)))
+    planner.tick(
+        ClusterSnapshot(0.0, [job], pools(per_pool=4), [ActiveDeployment(job.id, running)])
+    )
+    assert sized_on == [("sglang",)]
 
 
 def test_the_engine_is_a_focus_decision_when_a_running_job_may_change_it() -> None:

@@ -59,8 +59,8 @@ class CandidateGenerator:
     def __init__(self, surrogate: Surrogate, cfg: ProposerConfig | None = None) -> None:
         self.cfg = cfg or ProposerConfig()
         self.screener = Screener(surrogate, self.cfg)
-        # A running job keeps its engine (ProposerConfig.engine_changes): its options are
-        # sized on a screen of that engine alone, not sized under every engine and dropped
+        # A running job keeps its engine (ProposerConfig.engine_changes): its options and its
+        # budget book are sized on a screen of that engine alone, not under every engine
         # (engine_min_gain does not apply there: keeping an engine is no change of engine).
         engines = self.cfg.engine_options
         self._kept_screens = {
