@@ -29,6 +29,7 @@ from koi.types import (
     Engine,
     Job,
     Ladder,
+    Outcome,
     Pool,
     Rank,
 )
@@ -64,7 +65,9 @@ def test_an_engine_is_never_placed_on_a_gpu_it_has_no_build_for() -> None:
     assert placed == [set(), {Engine.SGLANG}]
 
 
-def _engines_proposed(cfg: ProposerConfig, incumbent: Ladder | None) -> set[Engine]:
+def _engines_proposed(
+    cfg: ProposerConfig, incumbent: Ladder | None, breached: tuple[Outcome, ...] = ()
+) -> set[Engine]:
     job = chat_job(model="Llama-3.1-70B", rate=4.0)
     snapshot = ClusterSnapshot(0.0, [job], pools(per_pool=16))
     context = ProposalContext(
@@ -73,6 +76,8 @@ def _engines_proposed(cfg: ProposerConfig, incumbent: Ladder | None) -> set[Engi
         models=dict(CATALOG.models),
         incumbent=incumbent,
         max_candidates=30,
+        at_risk=breached,
+        breached=breached,
     )
     ladders = CandidateGenerator(SURROGATE, cfg).propose(job, context)
     return {r.chain.config.engine for lad in ladders for r in lad.ranks}
@@ -90,6 +95,46 @@ def test_a_running_job_keeps_its_engine_unless_engine_changes_are_allowed() -> N
     # An engine the screen does not list (the host deployed it) is not kept: vLLM is offered
     # beside the incumbent's ±1-replica neighbours.
     assert _engines_proposed(ProposerConfig(), running) == {Engine.VLLM, Engine.SGLANG}
+
+
+def test_a_kept_engine_is_open_again_once_the_keep_is_predicted_past_a_latency_bound() -> None:
+    # It was chosen on the surrogate's prior for the engine; telemetry can show that wrong.
+    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
+    running = Ladder((Rank(Chain("Llama-3.1-70B", env, Config(tp=4, engine="sglang")), 1),))
+    engines = ProposerConfig(engine_options=_ALL)
+    assert _engines_proposed(engines, running) == {Engine.SGLANG}
+    assert len(_engines_proposed(engines, running, (Outcome.TPOT,))) > 1
+    assert len(_engines_proposed(engines, running, (Outcome.TTFT,))) > 1
+    # Only with engines to choose from: vLLM alone offers vLLM (and the incumbent's neighbours).
+    assert _engines_proposed(ProposerConfig(), running, (Outcome.TPOT,)) == {
+        Engine.VLLM,
+        Engine.SGLANG,
+    }
+
+
+def _breached_in_context(rate: float, monkeypatch: pytest.MonkeyPatch) -> tuple[Outcome, ...]:
+    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
+    one = Ladder((Rank(Chain("Llama-3.1-70B", env, Config(tp=4)), 1),))
+    job = chat_job(model="Llama-3.1-70B", rate=rate)
+    planner = unhurried_planner()
+    propose = planner.generator.propose
+    seen: list[tuple[Outcome, ...]] = []
+
+    def spy(job: Job, context: ProposalContext) -> list[Ladder]:
+        seen.append(context.breached)
+        return propose(job, context)
+
+    monkeypatch.setattr(planner.generator, "propose", spy)
+    active = [ActiveDeployment(job.id, one)]
+    planner.tick(ClusterSnapshot(0.0, [job], pools(per_pool=4), active))
+    return seen[0]
+
+
+def test_the_planner_tells_a_proposer_what_the_keep_is_predicted_past(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _breached_in_context(0.5, monkeypatch) == ()  # one replica carries it
+    assert {Outcome.TTFT, Outcome.TPOT} & {*_breached_in_context(40.0, monkeypatch)}
 
 
 def test_a_running_job_is_sized_on_the_screen_of_the_engine_it_keeps() -> None:

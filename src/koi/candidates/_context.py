@@ -73,9 +73,10 @@ class ProposalContext:
     view of the causal graph with the fleet's edge beliefs (or ``None``), ``mechanisms`` the
     admitted mechanisms whose scope matches the job.  ``at_risk`` are the outcomes the planner
     predicts the job's incumbent to be past or near its bound on; the backward query starts
-    from them.  ``evidence`` is the planner's belief store (``None`` without the causal graph):
-    the uncertainty of each stratum, which exploration steers by.  ``feedback`` carries
-    diagnostics on the previous round's candidates (why they were invalid or did not improve).
+    from them; ``breached`` are those it is predicted past.  ``evidence`` is the planner's
+    belief store (``None`` without the causal graph): the uncertainty of each stratum, which
+    exploration steers by.  ``feedback`` carries diagnostics on the previous round's
+    candidates (why they were invalid or did not improve).
     ``deadline_s`` is a :func:`time.monotonic` instant a proposer must return before (``inf``:
     none, as in the benchmark, whose plans must not depend on the machine's speed).
     ``reclaimable`` counts, per pool, GPUs other jobs could release for this one this tick
@@ -108,6 +109,7 @@ class ProposalContext:
     round: int = attrs.field(default=0, validator=non_negative_int)
     max_candidates: int = attrs.field(default=8, validator=positive_int)
     at_risk: tuple[Outcome, ...] = attrs.field(default=(), converter=_outcomes)
+    breached: tuple[Outcome, ...] = attrs.field(default=(), converter=_outcomes)
     evidence: EvidenceStore | None = attrs.field(default=None, hash=False, eq=False)
     reclaimable: Mapping[str, int] = attrs.field(factory=dict, converter=_counts, hash=False)
     corrections: Callable[[Chain], RankCorrection] | None = attrs.field(

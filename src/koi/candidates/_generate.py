@@ -27,13 +27,16 @@ from koi.candidates._routing import routing_matters, with_routing
 from koi.candidates._screen import Screener
 from koi.dag import Decision
 from koi.surrogate import Surrogate
-from koi.types import Environment, Job, Ladder, Routing
+from koi.types import Environment, Job, Ladder, Outcome, Routing
 
 __all__ = ["MISSED_TARGET_RANK", "CandidateGenerator"]
 
 #: A ladder whose screen misses the job's target ranks as if it cost this many times more:
 #: after every ladder that meets it, but still ordered by price among the misses.
 MISSED_TARGET_RANK = 1e3
+
+
+_LATENCY = frozenset({Outcome.TTFT, Outcome.TPOT})
 
 
 @attrs.frozen
@@ -59,14 +62,16 @@ class CandidateGenerator:
     def __init__(self, surrogate: Surrogate, cfg: ProposerConfig | None = None) -> None:
         self.cfg = cfg or ProposerConfig()
         self.screener = Screener(surrogate, self.cfg)
-        # A running job keeps its engine (ProposerConfig.engine_changes): its options and its
-        # budget book are sized on a screen of that engine alone, not under every engine
-        # (engine_min_gain does not apply there: keeping an engine is no change of engine).
+        # A running job keeps its engine (ProposerConfig.engine_changes) while its keep is
+        # not predicted past a latency bound: its options and its budget book are sized on a
+        # screen of that engine alone, not under every engine (engine_min_gain does not apply
+        # there: keeping an engine is no change of engine).
         engines = self.cfg.engine_options
         self._kept_screens = {
             e: Screener(surrogate, attrs.evolve(self.cfg, engine_options=(e,)))
             for e in (engines if len(engines) > 1 and not self.cfg.engine_changes else ())
         }
+        self._changes = attrs.evolve(self.cfg, engine_changes=True)
         self._uncertainty = StratumUncertainty()
 
     def propose(self, job: Job, context: ProposalContext) -> list[Ladder]:
@@ -90,7 +95,12 @@ class CandidateGenerator:
             if p.environment.gpu in context.gpus and p.environment.gpu in book_gpus
         ]
         ladders: dict[Ladder, _Ranked] = {}
-        screener = self.screener_for(context.incumbent)
+        # A kept engine was chosen on the surrogate's prior for it: once the job's keep is
+        # predicted past a latency bound (telemetry corrects the prediction), that choice is
+        # open again, the engine a searched decision as under ``engine_changes``.
+        reopened = bool(self._kept_screens) and bool(_LATENCY & {*context.breached})
+        cfg = self._changes if reopened else self.cfg
+        screener = self.screener if reopened else self.screener_for(context.incumbent)
         pools_for: dict[tuple[str, int], list[Environment]] = {}
         for sized in screener.sized_options(
             job,
@@ -114,8 +124,8 @@ class CandidateGenerator:
             if ladder is not None:
                 cost = ladder.price_usd_per_h / (per_replica_tok_s * ladder.replicas)
                 ladders.setdefault(ladder, _Ranked(ladder, cost, sized.meets_target))
-        focus = job_focus(job, context, self.cfg)
-        return self._shortlist(job, ladders, focus, context)
+        focus = job_focus(job, context, cfg)
+        return self._shortlist(job, ladders, focus, context, cfg)
 
     def screener_for(self, incumbent: Ladder | None) -> Screener:
         """The screen a job's options are sized on: a running job's own engine's when it keeps
@@ -132,6 +142,7 @@ class CandidateGenerator:
         ladders: Mapping[Ladder, _Ranked],
         focus: Focus | None,
         context: ProposalContext,
+        cfg: ProposerConfig,
     ) -> list[Ladder]:
         """A bounded, diverse short list, focused by the backward query and the mechanisms.
 
@@ -143,7 +154,7 @@ class CandidateGenerator:
         """
         limit = context.max_candidates
         incumbent = context.incumbent
-        steer = Steering(job, focus, context, self.cfg)
+        steer = Steering(job, focus, context, cfg)
         ranked = sorted(
             (r for r in ladders.values() if steer.allowed(r.ladder)),
             # The screen's verdict is not trusted where a confident mechanism says it is off:

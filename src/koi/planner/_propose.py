@@ -165,13 +165,16 @@ def propose_and_evaluate(
     deadline = deadline or TickDeadline()
     snapshot = evaluator.snapshot
     current = snapshot.current_ladders
-    at_risk = {
-        j.id: at_risk_outcomes(j, keep.outcomes, cfg.proposer.risk_margin)
+    keeps = {
+        j.id: keep.outcomes
         for j in jobs
         if j.id in current
         and (keep := candidates[j.id][current[j.id]].prediction) is not None
         and keep.feasible
     }
+    by_id = {j.id: j for j in jobs}
+    at_risk = {i: at_risk_outcomes(by_id[i], o, cfg.proposer.risk_margin) for i, o in keeps.items()}
+    breached = {i: at_risk_outcomes(by_id[i], o, 0.0) for i, o in keeps.items()}
     for job_id in late:
         if Outcome.THROUGHPUT not in at_risk.get(job_id, ()):
             at_risk[job_id] = (*at_risk.get(job_id, ()), Outcome.THROUGHPUT)
@@ -197,6 +200,7 @@ def propose_and_evaluate(
                 round=max(rnd, 1) if job.id in late and cfg.planner.search_rounds > 1 else rnd,
                 max_candidates=cfg.planner.max_candidates,
                 at_risk=at_risk.get(job.id, ()),
+                breached=breached.get(job.id, ()),
                 evidence=evidence,
                 corrections=evaluator.corrections(job),
             )
