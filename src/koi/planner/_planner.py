@@ -419,7 +419,8 @@ class Planner:
             self.books,
             snapshot,
             reviewing,
-            # A running job's book sizes the options it can take: those of the engine it keeps.
+            # A running job's book sizes the options of the engine it runs, which it keeps
+            # unless its keep breaches (then its proposals reopen the engine, its book does not).
             screener=lambda job: self.generator.screener_for(snapshot.current_ladders.get(job.id)),
             gpus=self.gpus,
             reference_costs=refs,
