@@ -65,6 +65,12 @@ def test_an_engine_is_never_placed_on_a_gpu_it_has_no_build_for() -> None:
     assert placed == [set(), {Engine.SGLANG}]
 
 
+def _running_70b(engine: str = "vllm") -> Ladder:
+    """One Llama-3.1-70B TP 4 replica on H100 under ``engine``: a running job's ladder."""
+    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
+    return Ladder((Rank(Chain("Llama-3.1-70B", env, Config(tp=4, engine=engine)), 1),))
+
+
 def _engines_proposed(
     cfg: ProposerConfig, incumbent: Ladder | None, breached: tuple[Outcome, ...] = ()
 ) -> set[Engine]:
@@ -84,9 +90,7 @@ def _engines_proposed(
 
 
 def test_a_running_job_keeps_its_engine_unless_engine_changes_are_allowed() -> None:
-    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
-    chain = Chain("Llama-3.1-70B", env, Config(tp=4, engine="sglang"))
-    running = Ladder((Rank(chain, 1),))
+    running = _running_70b("sglang")
     engines = ProposerConfig(engine_options=_ALL)
     assert len(_engines_proposed(engines, None)) > 1  # a job being placed: any engine
     assert _engines_proposed(engines, running) == {Engine.SGLANG}
@@ -99,8 +103,7 @@ def test_a_running_job_keeps_its_engine_unless_engine_changes_are_allowed() -> N
 
 def test_a_kept_engine_is_open_again_once_the_keep_is_predicted_past_a_latency_bound() -> None:
     # It was chosen on the surrogate's prior for the engine; telemetry can show that wrong.
-    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
-    running = Ladder((Rank(Chain("Llama-3.1-70B", env, Config(tp=4, engine="sglang")), 1),))
+    running = _running_70b("sglang")
     engines = ProposerConfig(engine_options=_ALL)
     assert _engines_proposed(engines, running) == {Engine.SGLANG}
     assert len(_engines_proposed(engines, running, (Outcome.TPOT,))) > 1
@@ -113,8 +116,7 @@ def test_a_kept_engine_is_open_again_once_the_keep_is_predicted_past_a_latency_b
 
 
 def _breached_in_context(rate: float, monkeypatch: pytest.MonkeyPatch) -> tuple[Outcome, ...]:
-    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
-    one = Ladder((Rank(Chain("Llama-3.1-70B", env, Config(tp=4)), 1),))
+    one = _running_70b()
     job = chat_job(model="Llama-3.1-70B", rate=rate)
     planner = unhurried_planner()
     propose = planner.generator.propose
@@ -142,8 +144,7 @@ def test_a_running_job_is_sized_on_the_screen_of_the_engine_it_keeps() -> None:
     # GPUs among these options): a book sized on engines the job cannot move to would ask for
     # GPUs its proposals never use.
     job = chat_job(model="Llama-3.1-70B", rate=4.0)
-    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
-    running = Ladder((Rank(Chain(job.model, env, Config(tp=4, engine="sglang")), 1),))
+    running = _running_70b("sglang")
 
     def book_engines(cfg: ProposerConfig, incumbent: Ladder | None) -> set[Engine]:
         screener = CandidateGenerator(SURROGATE, cfg).screener_for(incumbent)
@@ -162,8 +163,7 @@ def test_the_planner_sizes_a_running_jobs_budget_book_on_its_kept_engine(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     job = chat_job(model="Llama-3.1-70B", rate=4.0)
-    env = next(p.environment for p in pools() if p.environment.gpu == "H100-SXM")
-    running = Ladder((Rank(Chain(job.model, env, Config(tp=4, engine="sglang")), 1),))
+    running = _running_70b("sglang")
     sized_on: list[tuple[str, ...]] = []
     demand = _propose.job_demand
 

@@ -165,16 +165,15 @@ def propose_and_evaluate(
     deadline = deadline or TickDeadline()
     snapshot = evaluator.snapshot
     current = snapshot.current_ladders
-    keeps = {
-        j.id: keep.outcomes
+    keeps = [
+        (j, keep.outcomes)
         for j in jobs
         if j.id in current
         and (keep := candidates[j.id][current[j.id]].prediction) is not None
         and keep.feasible
-    }
-    by_id = {j.id: j for j in jobs}
-    at_risk = {i: at_risk_outcomes(by_id[i], o, cfg.proposer.risk_margin) for i, o in keeps.items()}
-    breached = {i: at_risk_outcomes(by_id[i], o, 0.0) for i, o in keeps.items()}
+    ]
+    at_risk = {j.id: at_risk_outcomes(j, o, cfg.proposer.risk_margin) for j, o in keeps}
+    breached = {j.id: at_risk_outcomes(j, o, 0.0) for j, o in keeps}
     for job_id in late:
         if Outcome.THROUGHPUT not in at_risk.get(job_id, ()):
             at_risk[job_id] = (*at_risk.get(job_id, ()), Outcome.THROUGHPUT)
