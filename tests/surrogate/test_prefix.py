@@ -82,6 +82,25 @@ def test_a_shared_prefix_lowers_ttft_and_raises_capacity(
     assert one.ranks[0].capacity_tok_s > none.ranks[0].capacity_tok_s
 
 
+def test_a_prefix_that_covers_nearly_every_prompt_is_predicted(
+    catalog: Catalog, surrogate: Surrogate
+) -> None:
+    # 2,000-token prompts with a CV of 1, 1,984 of them shared: the uncached remainder is 16
+    # tokens whose spread, kept at its absolute width, would be a CV of 125 (the bound is 100).
+    # The prediction failed, and the planner fell back to its safe plan every tick.
+    w = WorkloadProfile(
+        LengthDist(2000, 1.0, 8000),
+        LengthDist(200, 0.5, 1000),
+        rate_rps=2.0,
+        prefix_tokens=1984,
+        prefix_count=1,
+    )
+    job = attrs.evolve(rag_job(), workload=w)
+    pred = surrogate.screen(job, ladder(catalog, "least_loaded"))
+    assert pred.mediators.prefix_hit_rate == pytest.approx(1984 / 2000, rel=0.01)
+    assert pred.outcomes.throughput_tok_s > 0
+
+
 def test_the_default_prefix_model_changes_nothing(catalog: Catalog, surrogate: Surrogate) -> None:
     # prefix_share 0 and one prefix: what every workload meant before prefix caching.
     job = rag_job(tokens=None)

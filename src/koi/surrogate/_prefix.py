@@ -34,7 +34,7 @@ import math
 import attrs
 
 from koi.surrogate._analytic import RankLoad
-from koi.types import LengthDist, Routing, WorkloadProfile
+from koi.types import MAX_CV, LengthDist, Routing, WorkloadProfile
 
 __all__ = ["PrefixHit", "cached_load", "prefix_hit", "prefixes_per_replica"]
 
@@ -99,13 +99,14 @@ def prefix_hit(
 def cached_load(load: RankLoad, hit: PrefixHit) -> RankLoad:
     """``load`` with the prefix cache's savings: prompts shorter by the cached tokens (the
     prefill work a hit skips) and the KV cache offset by the pinned prefixes (see the module
-    doc).  The prompt spread keeps its absolute width; the capacity stays within [½, 2]× of
-    the load's."""
+    doc).  The prompt spread keeps its absolute width, up to the widest a length distribution
+    may have (a prefix that covers nearly every prompt leaves a token or two whose relative
+    spread would be thousands); the capacity stays within [½, 2]× of the load's."""
     if hit.cached_tokens <= 0:
         return load
     inp = load.input_len
     mean = max(inp.mean - hit.cached_tokens, 1.0)
-    shorter = LengthDist(mean=mean, cv=inp.cv * inp.mean / mean, max=inp.max)
+    shorter = LengthDist(mean=mean, cv=min(inp.cv * inp.mean / mean, MAX_CV), max=inp.max)
     full = load.kv_capacity_tokens
     cap = min(max(int(full - hit.kv_offset_tokens), full // 2), 2 * full)
     return attrs.evolve(load, input_len=shorter, kv_capacity_tokens=cap)

@@ -31,6 +31,7 @@ from koi.types._snapshot import (
 from koi.types._telemetry import Mediators, Observation, Outcomes, Resolution, variable_names
 from koi.types._workload import (
     DEFAULT_PRECISIONS,
+    MAX_CV,
     MIN_BATCH_WINDOW_S,
     Job,
     LengthDist,
@@ -45,6 +46,7 @@ from koi.types._workload import (
 __all__ = [
     "DEFAULT_PRECISIONS",
     "KV_CACHE_DTYPES",
+    "MAX_CV",
     "MIN_BATCH_WINDOW_S",
     "ActionKind",
     "ActiveDeployment",
