@@ -34,7 +34,7 @@ from koi.types import (
     ServingTarget,
 )
 
-from ._world import CATALOG, Sim, World, chat_job, pools, sim_world
+from ._world import CATALOG, Sim, World, chat_job, pools, sim_world, unhurried_planner
 
 
 def _tpot_error(planner: Planner, world: World, job: Job) -> float:
@@ -468,3 +468,16 @@ p99_tpot_ms = 20
     result = run(sc, policy, seed=0, cfg=_RELIABLE)
     assert asked == [1] * 8
     assert result.metrics.online_admission > 0.9
+
+
+def test_a_pool_with_no_gpus_sets_no_cost_scale() -> None:
+    # An empty pool offers nothing.  Priced near zero, it once set a cost scale no ladder could
+    # reach: every placement scored below refusing the job, which waited while A100s stood idle.
+    a100 = pools(per_pool=1, gpus=("A100-80GB",))[0]
+    h100 = pools(per_pool=1, gpus=("H100-SXM",))[0]
+    free = attrs.evolve(h100, environment=attrs.evolve(h100.environment, price_usd_per_h=1e-9))
+    job = chat_job(rate=1.0)
+    for empty in (attrs.evolve(free, capacity_instances=0), None):
+        fleet = [a100] if empty is None else [a100, empty]
+        plan = unhurried_planner().tick(ClusterSnapshot(0.0, [job], fleet)).plan
+        assert plan.action(job.id).kind is ActionKind.PLACE

@@ -250,8 +250,11 @@ class Toolkit:
         )
 
     def cheapest_gpu_price(self, snapshot: ClusterSnapshot) -> dict[str, float]:
+        """Per GPU type, the lowest price per GPU-hour among pools that have GPUs now."""
         out: dict[str, float] = {}
         for p in snapshot.pools:
+            if p.capacity_gpus <= 0:
+                continue
             price = p.environment.price_usd_per_gpu_h
             out[p.environment.gpu] = min(price, out.get(p.environment.gpu, price))
         return out
@@ -264,9 +267,10 @@ class Toolkit:
         return sized.prediction.outcomes.cost_per_mtok_usd * ratio
 
     def reference_cost(self, options: Iterable[SizedOption], snapshot: ClusterSnapshot) -> float:
-        """The cheapest cost per Mtok any option offers (the Tchebycheff cost scale)."""
+        """The cheapest cost per Mtok any option offers (the Tchebycheff cost scale), on GPU
+        types some pool has now (the rule of koi's own cost scale)."""
         cheapest = self.cheapest_gpu_price(snapshot)
-        costs = [self.option_cost(o, cheapest) for o in options]
+        costs = [self.option_cost(o, cheapest) for o in options if o.option.gpu in cheapest]
         best = min((c for c in costs if 0 < c < math.inf), default=math.inf)
         return best if best < math.inf else 1.0
 

@@ -80,8 +80,11 @@ def reference_cost(
     """The cheapest cost per Mtok any pool of the fleet offers ``job`` (the cost scale).
 
     On the prior, uncorrected: a scale that moved with every learned correction would move
-    every score with it."""
-    envs = [p.environment for p in snapshot.pools if p.environment.gpu in gpus]
+    every score with it.  A pool with no GPUs now offers nothing: a cheap empty one would set a
+    scale no option can reach, and every placement would then score below refusing the job."""
+    envs = [
+        p.environment for p in snapshot.pools if p.environment.gpu in gpus and p.capacity_gpus > 0
+    ]
     cheapest_per_gpu: dict[str, float] = {}
     for env in envs:
         price = env.price_usd_per_gpu_h

@@ -551,7 +551,8 @@ class Planner:
     def _reference_cost(self, job: Job, snapshot: ClusterSnapshot) -> float:
         """The job's cost scale, memoized per workload and fleet shape (it is a property of the
         hardware on offer, not of the tick)."""
-        key = (job.model, job.job_class, job.workload, tuple(p.id for p in snapshot.pools))
+        offered = tuple(p.id for p in snapshot.pools if p.capacity_gpus > 0)
+        key = (job.model, job.job_class, job.workload, offered)
         hit = self._reference_costs.get(key)
         if hit is None:
             hit = reference_cost(job, snapshot, self.generator.screener, self.gpus)
