@@ -475,9 +475,19 @@ def test_a_pool_with_no_gpus_sets_no_cost_scale() -> None:
     # reach: every placement scored below refusing the job, which waited while A100s stood idle.
     a100 = pools(per_pool=1, gpus=("A100-80GB",))[0]
     h100 = pools(per_pool=1, gpus=("H100-SXM",))[0]
-    free = attrs.evolve(h100, environment=attrs.evolve(h100.environment, price_usd_per_h=1e-9))
+    cheap = attrs.evolve(h100.environment, price_usd_per_h=1e-9)
+    empty = attrs.evolve(h100, environment=cheap, capacity_instances=0)
     job = chat_job(rate=1.0)
-    for empty in (attrs.evolve(free, capacity_instances=0), None):
-        fleet = [a100] if empty is None else [a100, empty]
+    for fleet in ([a100], [a100, empty]):
         plan = unhurried_planner().tick(ClusterSnapshot(0.0, [job], fleet)).plan
         assert plan.action(job.id).kind is ActionKind.PLACE
+
+
+def test_the_cost_scales_start_over_past_their_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    from koi.planner import _planner
+
+    monkeypatch.setattr(_planner, "_REFERENCE_MEMO", 2)
+    planner = unhurried_planner()
+    jobs = [chat_job(f"chat-{i}", rate=1.0 + i) for i in range(3)]  # three workloads
+    planner.tick(ClusterSnapshot(0.0, jobs, pools()))
+    assert 0 < len(planner._reference_costs) <= 2

@@ -99,6 +99,9 @@ __all__ = ["Planner"]
 
 # The exercised-edges memo starts over past this many ladders (it is a cache, not state).
 _EXERCISED_MEMO = 50_000
+# The cost scales start over past this many (workload, pools with GPUs) pairs: drifting
+# workloads and pools preempted to zero and back add keys a long-running planner never reuses.
+_REFERENCE_MEMO = 4_096
 
 
 class _Stopwatch:
@@ -555,6 +558,8 @@ class Planner:
         key = (job.model, job.job_class, job.workload, offered)
         hit = self._reference_costs.get(key)
         if hit is None:
+            if len(self._reference_costs) >= _REFERENCE_MEMO:
+                self._reference_costs.clear()
             hit = reference_cost(job, snapshot, self.generator.screener, self.gpus)
             self._reference_costs[key] = hit
         return hit
