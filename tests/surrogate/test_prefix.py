@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from koi.catalog import Catalog, load_catalog
 from koi.surrogate import RankCorrection, Surrogate, SurrogateConfig
-from koi.surrogate._prefix import prefix_hit, prefixes_per_replica
+from koi.surrogate._analytic import RankLoad
+from koi.surrogate._prefix import PrefixHit, cached_load, prefix_hit, prefixes_per_replica
+from koi.testing import length_dists
 from koi.types import (
+    MAX_CV,
     Chain,
     Config,
     Job,
@@ -99,6 +104,31 @@ def test_a_prefix_that_covers_nearly_every_prompt_is_predicted(
     pred = surrogate.screen(job, ladder(catalog, "least_loaded"))
     assert pred.mediators.prefix_hit_rate == pytest.approx(1984 / 2000, rel=0.01)
     assert pred.outcomes.throughput_tok_s > 0
+
+
+_CATALOG = load_catalog()
+_STEP, _ = Surrogate(_CATALOG.gpus, _CATALOG.models).step_model(
+    _CATALOG.gpus["L40S"], _CATALOG.models["Llama-3.1-8B"], Config()
+)
+
+
+@given(length_dists(max_mean=32768.0), st.floats(0.0, 1.0), st.floats(-1e6, 1e6))
+def test_any_share_of_any_prompt_served_from_the_cache_leaves_a_valid_load(
+    prompt: LengthDist, share: float, offset: float
+) -> None:
+    load = RankLoad(
+        _STEP,
+        kv_capacity_tokens=100_000,
+        max_batch_size=256,
+        max_batched_tokens=8192,
+        input_len=prompt,
+        output_len=LengthDist(200, 0.5, 1000),
+    )
+    hit = PrefixHit(share, share * prompt.mean, offset, share)
+    out = cached_load(load, hit)
+    assert 1.0 <= out.input_len.mean <= max(prompt.mean, 1.0)
+    assert 0.0 <= out.input_len.cv <= MAX_CV
+    assert 50_000 <= out.kv_capacity_tokens <= 200_000
 
 
 def test_the_default_prefix_model_changes_nothing(catalog: Catalog, surrogate: Surrogate) -> None:
