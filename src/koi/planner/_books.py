@@ -8,12 +8,12 @@ the jobs; each job's book lists the pools it got plus the next best few.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from koi.candidates import Corrections, Screener
 from koi.scoring import Normalizer, ScoringConfig, deferral_score, ideal_point, tchebycheff
 from koi.selector import JobDemand
-from koi.types import ClusterSnapshot, GpuSpec, Job, Outcomes
+from koi.types import ClusterSnapshot, GpuSpec, Job, Outcomes, Pool
 
 __all__ = ["job_demand", "reference_cost"]
 
@@ -75,23 +75,25 @@ def job_demand(
 
 
 def reference_cost(
-    job: Job, snapshot: ClusterSnapshot, screener: Screener, gpus: Mapping[str, GpuSpec]
+    job: Job,
+    pools: Sequence[Pool],
+    screener: Screener,
+    gpus: Mapping[str, GpuSpec],
+    *,
+    now_s: float,
 ) -> float:
-    """The cheapest cost per Mtok any pool of the fleet offers ``job`` (the cost scale).
+    """The cheapest cost per Mtok any of ``pools`` offers ``job`` (the cost scale).
 
     On the prior, uncorrected: a scale that moved with every learned correction would move
-    every score with it.  A pool with no GPUs now offers nothing: a cheap empty one would set a
-    scale no option can reach, and every placement would then score below refusing the job."""
-    envs = [
-        p.environment for p in snapshot.pools if p.environment.gpu in gpus and p.capacity_gpus > 0
-    ]
+    every score with it."""
+    envs = [p.environment for p in pools if p.environment.gpu in gpus]
     cheapest_per_gpu: dict[str, float] = {}
     for env in envs:
         price = env.price_usd_per_gpu_h
         cheapest_per_gpu[env.gpu] = min(price, cheapest_per_gpu.get(env.gpu, price))
     best = float("inf")
     # The sized options' costs only: no latencies at their rates where none were screened.
-    for option, tput, cost in screener.sized_costs(job, envs, gpus, now_s=snapshot.time_s):
+    for option, tput, cost in screener.sized_costs(job, envs, gpus, now_s=now_s):
         shape = option.shape
         if tput <= 0 or shape.price_usd_per_gpu_h <= 0:
             continue

@@ -553,14 +553,17 @@ class Planner:
 
     def _reference_cost(self, job: Job, snapshot: ClusterSnapshot) -> float:
         """The job's cost scale, memoized per workload and fleet shape (it is a property of the
-        hardware on offer, not of the tick)."""
-        offered = tuple(p.id for p in snapshot.pools if p.capacity_gpus > 0)
-        key = (job.model, job.job_class, job.workload, offered)
+        hardware on offer, not of the tick).  A pool with no GPUs now offers nothing: a cheap
+        empty one would set a scale no ladder can reach, and every placement would then score
+        below refusing the job."""
+        offered = [p for p in snapshot.pools if p.capacity_gpus > 0]
+        key = (job.model, job.job_class, job.workload, tuple(p.id for p in offered))
         hit = self._reference_costs.get(key)
         if hit is None:
             if len(self._reference_costs) >= _REFERENCE_MEMO:
                 self._reference_costs.clear()
-            hit = reference_cost(job, snapshot, self.generator.screener, self.gpus)
+            screener = self.generator.screener
+            hit = reference_cost(job, offered, screener, self.gpus, now_s=snapshot.time_s)
             self._reference_costs[key] = hit
         return hit
 
