@@ -10,10 +10,14 @@ planner's evaluator applies): each option's per-replica capacity and its sized s
 from the surrogate *with* the correction, so a stratum learned to be slower gets more replicas
 and a screen verdict that agrees with the evaluator's.  Without corrections (or for a chain
 whose correction is the identity) the prior's capacity is used unchanged.
+
+Longer than most modules: the screen, the sizing and the budget books' shortcut share one set
+of memos, keyed alike.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,6 +32,8 @@ from koi.types import Chain, Config, Environment, GpuSpec, Job, Ladder, Outcomes
 
 #: The residual corrections in force, per chain (the surrogate's ``corrections`` callback).
 Corrections = Callable[[Chain], RankCorrection]
+#: Room over a corrected capacity's bound for the closed form's rounding (seen: 1e-9).
+_SLACK = 1.0 + 1e-6
 
 __all__ = ["Corrections", "Option", "Screener", "SizedOption", "meets_target"]
 
@@ -273,22 +279,42 @@ class Screener:
         now_s: float,
         corrections: Corrections | None,
     ) -> SizedOption | None:
+        """The first option in order of (corrected GPUs, position) that meets the target.
+
+        A corrected capacity costs a closed form, so options are corrected lazily: a step
+        correction slows every step by at least ``min(prefill_time, decode_time)``, which
+        bounds the corrected capacity from above and so the GPUs from below.  An option is
+        screened once no option left uncorrected can come before it."""
         fn = corrections if corr is not None else None
         at_rate = canonical(job)
-        sized: list[tuple[int, int, Option, Chain, int]] = []
-        for k, (opt, chain) in enumerate(zip(options, chains, strict=True)):
-            resized = self._resized(at_rate, opt, chain, None if corr is None else corr[k], fn)
-            if resized is None:
+
+        def sized(capacity: float, opt: Option) -> tuple[int, int]:  # (GPUs, replicas)
+            replicas = replicas_for(job, capacity, now_s=now_s, headroom=1.0, cfg=self.cfg)
+            return replicas * opt.config.gpus, replicas
+
+        lower = []
+        for k, opt in enumerate(options):
+            c = None if corr is None else corr[k]
+            slowest = 1.0 if c is None else min(c.prefill_time, c.decode_time)
+            lower.append((sized(opt.capacity_tok_s / slowest * _SLACK, opt)[0], k))
+        lower.sort()
+        exact: list[tuple[int, int, Option, int]] = []  # a heap of corrected options
+        nxt = 0
+        while exact or nxt < len(lower):
+            if exact and (nxt == len(lower) or exact[0][:2] < lower[nxt]):
+                _, k, opt, replicas = heapq.heappop(exact)
+                ladder = Ladder((Rank(chains[k], replicas),))
+                pred = self.surrogate.screen(job, ladder, now_s=now_s, corrections=fn)
+                if pred.feasible and meets_target(job, pred.outcomes):
+                    return SizedOption(opt, replicas, pred, meets_target=True)
                 continue
-            replicas = replicas_for(
-                job, resized.capacity_tok_s, now_s=now_s, headroom=1.0, cfg=self.cfg
-            )
-            sized.append((replicas * resized.config.gpus, k, resized, chain, replicas))
-        for _, _, opt, chain, replicas in sorted(sized, key=lambda s: (s[0], s[1])):
-            ladder = Ladder((Rank(chain, replicas),))
-            pred = self.surrogate.screen(job, ladder, now_s=now_s, corrections=fn)
-            if pred.feasible and meets_target(job, pred.outcomes):
-                return SizedOption(opt, replicas, pred, meets_target=True)
+            k = lower[nxt][1]
+            nxt += 1
+            c = None if corr is None else corr[k]
+            resized = self._resized(at_rate, options[k], chains[k], c, fn)
+            if resized is not None:
+                need, replicas = sized(resized.capacity_tok_s, resized)
+                heapq.heappush(exact, (need, k, resized, replicas))
         return None
 
     def _corrected_capacity(
