@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,7 @@ def _plan_data() -> dict[str, object]:
     h100 = cat.instance("aws", "p5.48xlarge").environment("us-east-1", "on_demand")
     onprem = cat.instance("onprem", "onprem-l40s-4").environment("dc1", "reserved")
     big = Rank(Chain("Llama-3.1-405B", h100, Config(tp=8, pp=2, quant="fp8")), 1)
-    odd = Rank(Chain("Llama-3.1-8B", onprem, Config(engine="trtllm")), 1)
+    odd = Rank(Chain("Llama-3.1-8B", onprem, Config(engine="trtllm", quant="fp8")), 1)
     small = Rank(Chain("Llama-3.1-8B", onprem, Config(tp=2)), 2)
     plan = Plan(
         0.0,
@@ -112,7 +113,8 @@ def test_render_reads_a_plain_plan_from_stdin_and_names_what_it_cannot_render(
     captured = capsys.readouterr()
     assert code == 1
     assert "cannot render odd: onprem/dc1/reserved/onprem-l40s-4" in captured.err
-    assert "no launcher command for engine 'trtllm'" in captured.err
+    assert "TensorRT-LLM serves fp8 only from a pre-quantized checkpoint" in captured.err
+    assert "--checkpoint Llama-3.1-8B@fp8=REPO" in captured.err
     big = list(yaml.safe_load_all((tmp_path / "koi-big.yaml").read_text()))
     assert [d["kind"] for d in big] == ["Service", "LeaderWorkerSet"]
     assert big[1]["metadata"]["namespace"] == "llm"
@@ -146,6 +148,70 @@ def test_render_options_reach_the_manifests(tmp_path: Path) -> None:
     assert leader["image"] == "registry.local/vllm:pinned"
     assert "meta-llama/Llama-3.1-405B-Instruct-FP8" in leader["command"][-1]
     assert "--quantization" not in leader["command"][-1]  # a pre-quantized checkpoint
+
+
+def _engine_search_plan(folder: Path) -> tuple[Path, list[dict[str, Any]]]:
+    """The `smoke` scenario planned with the engine searched (vLLM, SGLang, TensorRT-LLM): the
+    plan as JSON and its TensorRT-LLM ranks."""
+    from koi.candidates import ProposerConfig
+    from koi.config import KoiConfig
+    from koi.planner import Planner
+    from koi.types import to_data
+
+    code, snapshot = _run(["scenarios", "--snapshot", "smoke"])
+    assert code == 0
+    config = KoiConfig(proposer=ProposerConfig(engine_options=("vllm", "sglang", "trtllm")))
+    plan = to_data(Planner(config=config).tick(from_json(snapshot, ClusterSnapshot)).plan)
+    path = folder / "plan.json"
+    path.write_text(json.dumps(plan))
+    ranks = [r for a in plan["actions"] for r in a["ladder"]["ranks"]]
+    trtllm = [r for r in ranks if r["chain"]["config"]["engine"] == "trtllm"]
+    assert trtllm, "the engine search placed nothing on TensorRT-LLM"
+    return path, trtllm
+
+
+def test_render_of_a_builtin_scenario_planned_with_trtllm(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("kubernetes_validate", reason="pip install 'koi[test-k8s]'")
+    from tests.integrations.kubernetes._schemas import VERSIONS, validate
+
+    plan, trtllm = _engine_search_plan(tmp_path)
+    # TensorRT-LLM quantizes nothing at load time: each quantized rank needs its checkpoint.
+    quantized = sorted(
+        {
+            f"{r['chain']['model']}@{r['chain']['config']['quant']}"
+            for r in trtllm
+            if r["chain"]["config"]["quant"] != "bf16"
+        }
+    )
+    render = ["render", str(plan), "--target", "k8s", "--out", str(tmp_path / "refused")]
+    if quantized:
+        assert main(render) == 1
+        err = capsys.readouterr().err
+        for key in quantized:
+            assert f"--checkpoint {key}=REPO" in err
+    checkpoints = [a for key in quantized for a in ("--checkpoint", f"{key}=example/{key}")]
+    out = tmp_path / "k8s"
+    code, _ = _run(["render", str(plan), "--target", "k8s", "--out", str(out), *checkpoints])
+    assert code == 0
+    served = []
+    for f in sorted(out.glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            validate(doc, VERSIONS[-1])
+            if doc["kind"] == "Deployment":
+                (container,) = doc["spec"]["template"]["spec"]["containers"]
+                if "trtllm-serve" in container["command"][-1]:
+                    assert container["image"].startswith("nvcr.io/nvidia/tensorrt-llm/release:")
+                    served.append(container["command"][-1])
+    assert len(served) == len(trtllm)
+    sky = tmp_path / "sky"
+    argv = ["render", str(plan), "--target", "skypilot", "--out", str(sky), "--json", *checkpoints]
+    code, report = _run(argv)
+    assert code == 0
+    assert json.loads(report)["failed"] == []
+    runs = [yaml.safe_load(f.read_text())["run"] for f in sorted(sky.glob("*.yaml"))]
+    assert sum("exec trtllm-serve" in run for run in runs) == len(trtllm)
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -95,8 +101,8 @@ def test_checkpoints_and_extra_args() -> None:
     custom = Chain("my-model", ENV, Config())
     with pytest.raises(InvalidInput, match=r"model 'my-model' has no checkpoint"):
         engine_command(custom, EngineSettings())
-    with pytest.raises(InvalidInput, match="needs an image for"):
-        EngineSettings(images={"vllm": "x"})
+    with pytest.raises(InvalidInput, match=r"images\['tgi'\]: must be an image for one of"):
+        EngineSettings(images={"tgi": "x"})
 
 
 def test_multi_node_commands_need_two_nodes() -> None:
@@ -152,3 +158,147 @@ def test_read_plan_accepts_both_shapes() -> None:
     }
     with pytest.raises(InvalidInput, match=r"plan: jobs\[0\]: .*replicas"):
         read_plan(bad)
+
+
+# -- TensorRT-LLM -----------------------------------------------------------------------------
+
+
+def _trtllm(cmd: tuple[str, ...]) -> tuple[str, dict[str, Any], list[str]]:
+    """A trtllm command's parts: the options file, its YAML (parsed) and trtllm-serve's argv."""
+    yaml = pytest.importorskip("yaml")
+    assert cmd[:2] == ("sh", "-c")
+    lines = cmd[2].splitlines()
+    head = re.fullmatch(r"cat > (\S+) <<\\KOI_EOF", lines[0])
+    assert head is not None, lines[0]
+    end = lines.index("KOI_EOF")
+    options = yaml.safe_load("\n".join(lines[1:end]))
+    (exec_line,) = lines[end + 1 :]
+    argv = shlex.split(exec_line)
+    assert argv[:2] == ["exec", "trtllm-serve"]
+    return head.group(1), options, argv[2:]
+
+
+def _flags(argv: list[str]) -> dict[str, str | None]:
+    """``--name value`` pairs and ``--switch`` (None) of an argv after its positional model."""
+    out: dict[str, str | None] = {}
+    for k, arg in enumerate(argv):
+        if arg.startswith("--"):
+            value = argv[k + 1] if k + 1 < len(argv) else None
+            out[arg] = None if value is None or value.startswith("--") else value
+    return out
+
+
+def test_trtllm_serve_flags_carry_the_config() -> None:
+    cmd = engine_command(
+        chain(
+            engine="trtllm",
+            tp=2,
+            pp=2,
+            max_batch_size=64,
+            max_batched_tokens=4096,
+            gpu_memory_utilization=0.85,
+        ),
+        EngineSettings(port=9000),
+    )
+    path, options, argv = _trtllm(cmd)
+    assert argv[0] == "meta-llama/Llama-3.1-8B"
+    flags = _flags(argv[1:])
+    assert flags == {
+        "--backend": "pytorch",
+        "--host": "0.0.0.0",
+        "--port": "9000",
+        "--tp_size": "2",
+        "--pp_size": "2",
+        "--max_batch_size": "64",
+        "--max_num_tokens": "4096",
+        "--kv_cache_free_gpu_memory_fraction": "0.85",
+        "--enable_chunked_prefill": None,  # Config's default; trtllm-serve's is off
+        "--extra_llm_api_options": path,
+    }
+    # The defaults need no YAML knob but the one that mounts /prometheus/metrics.
+    assert options == {"return_perf_metrics": True}
+
+
+def test_trtllm_knobs_without_a_flag_go_to_the_options_file() -> None:
+    knobs = {
+        "cuda_graphs": False,
+        "chunked_prefill": False,
+        "max_model_len": 16384,
+        "kv_cache_dtype": "fp8",
+        "gpu_memory_utilization": 0.8,
+    }
+    _, options, argv = _trtllm(engine_command(chain(engine="trtllm", **knobs), EngineSettings()))
+    flags = _flags(argv[1:])
+    assert flags["--max_seq_len"] == "16384"
+    assert "--enable_chunked_prefill" not in flags
+    assert options == {
+        "return_perf_metrics": True,
+        "cuda_graph_config": None,  # eager mode
+        # the block replaces the KV-cache config the flags built: it repeats the fraction
+        "kv_cache_config": {"dtype": "fp8", "free_gpu_memory_fraction": 0.8},
+    }
+
+
+@pytest.mark.parametrize("quant", ["fp8", "int4"])
+def test_trtllm_serves_fp8_and_int4_only_from_a_prequantized_checkpoint(quant: str) -> None:
+    key = f"Llama-3.1-8B@{quant}"
+    for settings in (
+        EngineSettings(),
+        EngineSettings(checkpoints={"Llama-3.1-8B": "meta-llama/Llama-3.1-8B-Instruct"}),
+    ):
+        with pytest.raises(InvalidInput) as info:
+            engine_command(chain(engine="trtllm", quant=quant), settings)
+        message = str(info.value)
+        assert f"model 'Llama-3.1-8B' at {quant}" in message
+        assert f"EngineSettings.checkpoints['{key}']" in message
+        assert f"--checkpoint {key}=REPO" in message
+    quantized = EngineSettings(checkpoints={key: "org/Llama-3.1-8B-quantized"})
+    _, options, argv = _trtllm(engine_command(chain(engine="trtllm", quant=quant), quantized))
+    assert argv[0] == "org/Llama-3.1-8B-quantized"
+    assert not any("quant" in a for a in argv[1:])  # the checkpoint says how it is quantized
+    assert options == {"return_perf_metrics": True}
+
+
+def test_the_trtllm_script_writes_its_options_then_execs_the_server(tmp_path: Path) -> None:
+    yaml = pytest.importorskip("yaml")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "trtllm-serve"
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$KOI_ARGS"\n')
+    fake.chmod(0o755)
+    settings = EngineSettings(
+        checkpoints={"Llama-3.1-8B": "/models/my llama"},  # a space survives the quoting
+        extra_args=("--log_level", "info"),
+    )
+    cmd = engine_command(chain(engine="trtllm", cuda_graphs=False), settings)
+    path, options, argv = _trtllm(cmd)
+    shells = [s for s in ("sh", "bash", "dash") if shutil.which(s)]
+    assert shells
+    for shell in shells:
+        written = tmp_path / f"{shell}.yaml"
+        args = tmp_path / f"{shell}.args"
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KOI_ARGS": str(args)}
+        script = cmd[2].replace(path, str(written))
+        subprocess.run([shell, "-c", script], env=env, check=True, timeout=30)
+        assert yaml.safe_load(written.read_text()) == options
+        served = args.read_text().splitlines()
+        assert served == [a.replace(path, str(written)) for a in argv]
+        assert served[0] == "/models/my llama"
+        assert served[-2:] == ["--log_level", "info"]
+
+
+def test_multi_node_trtllm_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="koi does not render multi-node TensorRT-LLM"):
+        multi_node_commands(chain(engine="trtllm", tp=8), EngineSettings(), 2)
+
+
+def test_every_engine_has_a_default_image_that_settings_may_override() -> None:
+    images = EngineSettings().images
+    assert set(images) == {"vllm", "sglang", "trtllm"}
+    assert images["trtllm"] == "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+    # Settings written before TensorRT-LLM was added keep working, with its default image.
+    mine = EngineSettings(images={"vllm": "v", "sglang": "s"})
+    assert mine.image("vllm") == "v"
+    assert mine.image("trtllm") == images["trtllm"]
+    with pytest.raises(InvalidInput, match=r"images\['sglang'\]: must be an image"):
+        EngineSettings(images={"sglang": ""})

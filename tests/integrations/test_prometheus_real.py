@@ -1,10 +1,13 @@
-"""The Prometheus plugin against a real Prometheus scraping fake vLLM / SGLang endpoints.
+"""The Prometheus plugin against a real Prometheus scraping fake vLLM / SGLang / TensorRT-LLM
+endpoints.
 
-Three engine replicas serve latencies the test draws itself: vLLM with ``vllm:`` names, vLLM
-with ``vllm_`` names (and no KV-cache gauge) and SGLang.  Prometheus (Debian's package, on
-127.0.0.1, scraping every second) stores them; the plugin must give back the known p99s within
-the resolution of the bucket each fell in, exactly what Prometheus' own ``histogram_quantile``
-answers, and report what an engine does not export as missing.
+Five engine replicas serve latencies the test draws itself: vLLM with ``vllm:`` names, vLLM
+with ``vllm_`` names (and no KV-cache gauge), SGLang, and TensorRT-LLM's trtllm-serve with
+``trtllm_`` names and without a prefix (its first releases), which exports request-level
+histograms only.  Prometheus (Debian's package, on 127.0.0.1, scraping every second) stores
+them; the plugin must give back the known p99s within the resolution of the bucket each fell
+in, exactly what Prometheus' own ``histogram_quantile`` answers, and report what an engine does
+not export as missing.
 """
 
 from __future__ import annotations
@@ -46,8 +49,21 @@ def _rank(pool: int, engine: str) -> Rank:
     return Rank(Chain(MODEL, example_pools()[pool].environment, Config(engine=engine)), 1)
 
 
+#: the histograms each fake engine exports (koi's names)
+FAMILIES = {
+    "vllm-colon": ("ttft", "itl", "e2e", "request_tpot"),
+    "vllm-underscore": ("ttft", "itl", "e2e", "request_tpot"),
+    "sglang": ("ttft", "itl", "e2e"),
+    "trtllm": ("ttft", "e2e", "request_tpot"),
+    "trtllm-bare": ("ttft", "e2e", "request_tpot"),
+}
+TRTLLM = ("trtllm", "trtllm-bare")
+# every engine's TTFT histogram, under each of its spellings
+TTFT = "((vllm|sglang)[:_]|trtllm_)?time_to_first_token_seconds"
+
+
 class Fleet:
-    """Prometheus plus three engines, with the known samples and the window they cover."""
+    """Prometheus plus five engines, with the known samples and the window they cover."""
 
     def __init__(self, prom: PrometheusServer, engines: dict[str, FakeEngine]) -> None:
         self.prom = prom
@@ -60,11 +76,19 @@ class Fleet:
             "vllm-colon": ("chat", _rank(0, "vllm")),
             "vllm-underscore": ("chat", _rank(1, "vllm")),
             "sglang": ("summarize", _rank(2, "sglang")),
+            "trtllm": ("chat", _rank(0, "trtllm")),
+            "trtllm-bare": ("summarize", _rank(2, "trtllm")),
         }
 
     def plugin(self, **kw: Any) -> PrometheusTelemetry:
+        # trtllm-serve labels its series model_name="undefined": the scrape target's labels tell
+        # the ranks apart, by pool and engine.
         rules = [
-            {"pool": r.chain.environment.id, "labels": {"koi_rank": name}}
+            {
+                "pool": r.chain.environment.id,
+                "engine": r.chain.config.engine,
+                "labels": {"koi_rank": name},
+            }
             for name, (_, r) in self.ranks.items()
         ]
         return PrometheusTelemetry(self.prom.url, rules=rules, timeout_s=5.0, **kw)
@@ -80,6 +104,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         "vllm-colon": FakeEngine("vllm:", "meta-llama/Llama-3.1-8B-Instruct", kv_cache=0.42),
         "vllm-underscore": FakeEngine("vllm_", "meta-llama/Llama-3.1-8B-Instruct", kv_cache=None),
         "sglang": FakeEngine("sglang:", "meta-llama/Llama-3.1-8B-Instruct", kv_cache=0.7),
+        "trtllm": FakeEngine("trtllm_", "meta-llama/Llama-3.1-8B-Instruct"),
+        "trtllm-bare": FakeEngine("", "meta-llama/Llama-3.1-8B-Instruct"),
     }
     targets = [{"targets": [e.target], "labels": {"koi_rank": n}} for n, e in engines.items()]
     workdir = Path(tmp_path_factory.mktemp("prometheus"))
@@ -88,8 +114,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
         with running_prometheus(workdir, targets) as prom:
             f = Fleet(prom, engines)
             f.start = start
-            count = '{__name__=~"(vllm|sglang)[:_]time_to_first_token_seconds_count"}'
-            prom.wait_for(count, lambda r: len(r) == 3)  # scraped at zero
+            count = f'{{__name__=~"{TTFT}_count"}}'
+            prom.wait_for(count, lambda r: len(r) == 5)  # scraped at zero
             for name, engine in engines.items():
                 s = f.samples[name]
                 engine.serve(
@@ -100,7 +126,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
                     tokens=f.tokens[name],
                 )
             prom.wait_for(
-                count, lambda r: len(r) == 3 and all(float(x["value"][1]) == N for x in r)
+                count, lambda r: len(r) == 5 and all(float(x["value"][1]) == N for x in r)
             )
             time.sleep(1.2)  # one more scrape, so the last sample is well inside the window
             f.end = time.time()
@@ -136,8 +162,9 @@ def _in_bucket(low: float, high: float, samples: np.ndarray, q: float) -> bool:
     return low <= last and first <= high
 
 
-@pytest.mark.parametrize("name", ["vllm-colon", "vllm-underscore", "sglang"])
-@pytest.mark.parametrize("family", ["ttft", "itl", "e2e"])
+@pytest.mark.parametrize(
+    ("name", "family"), [(name, family) for name, fams in FAMILIES.items() for family in fams]
+)
 def test_p99_and_p50_equal_the_known_values_within_the_bucket(
     fleet: Fleet, name: str, family: str
 ) -> None:
@@ -150,11 +177,11 @@ def test_p99_and_p50_equal_the_known_values_within_the_bucket(
         assert abs(est.value - exact) <= est.high - est.low  # within the bucket's resolution
 
 
-@pytest.mark.parametrize("name", ["vllm-colon", "vllm-underscore", "sglang"])
+@pytest.mark.parametrize("name", list(FAMILIES))
 def test_quantiles_are_prometheus_own_histogram_quantile(fleet: Fleet, name: str) -> None:
     w = _window(fleet, name)
     span = f"{round((fleet.end - fleet.start) * 1000)}ms"
-    ttft = '{__name__=~"(vllm|sglang)[:_]time_to_first_token_seconds_bucket", koi_rank="%s"}'
+    ttft = '{__name__=~"' + TTFT + '_bucket", koi_rank="%s"}'
     promql = f"histogram_quantile(0.99, sum by (le) (rate({ttft % name}[{span}])))"
     (answer,) = fleet.prom.query(promql, at=fleet.end)
     assert w.latency_ms["p99_ttft"].value == pytest.approx(float(answer["value"][1]) * 1000)
@@ -173,12 +200,11 @@ def test_the_bucket_is_the_one_the_known_counts_give(fleet: Fleet) -> None:
 def test_observation_carries_p99s_their_resolution_and_what_is_missing(fleet: Fleet) -> None:
     plugin = fleet.plugin()
     obs = {
-        o.chain.environment.id: o
-        for o in plugin.koi_collect_telemetry(fleet.deployed, (fleet.start, fleet.end))
+        o.chain: o for o in plugin.koi_collect_telemetry(fleet.deployed, (fleet.start, fleet.end))
     }
-    assert len(obs) == 3
+    assert len(obs) == 5
     for name, (_, rank) in fleet.ranks.items():
-        o = obs[rank.chain.environment.id]
+        o = obs[rank.chain]
         s = fleet.samples[name]
         ttft = o.bounds("p99_ttft_ms")
         assert ttft is not None
@@ -186,23 +212,43 @@ def test_observation_carries_p99s_their_resolution_and_what_is_missing(fleet: Fl
         assert o.outcomes.p99_ttft_ms == pytest.approx(
             _window(fleet, name).latency_ms["p99_ttft"].value
         )
-        # koi's TPOT is per request: vLLM exports it; SGLang only has the inter-token latency.
+        # koi's TPOT is per request: vLLM and TensorRT-LLM export it; SGLang only has the
+        # inter-token latency.
         tpot_family = "itl" if name == "sglang" else "request_tpot"
         tpot = o.bounds("p99_tpot_ms")
         assert tpot is not None
         assert _in_bucket(tpot.low, tpot.high, s[tpot_family] * 1000, 0.99)
         # rate() extrapolates past the samples, more so when scrapes run late on a busy host.
         assert N <= o.requests <= 2.0 * N
+        assert o.replicas_up == 1
+        if name in TRTLLM:
+            # No token counter, KV-cache, running or waiting gauge: missing, never 0.
+            for variable in (
+                "throughput_tok_s",
+                "cost_per_mtok_usd",
+                "kv_cache_util",
+                "mean_batch_size",
+                "queue_depth",
+                "preemption_rate",
+                "prefix_hit_rate",
+            ):
+                assert o.measured(variable) is None, (name, variable)
+                assert variable in o.missing
+            assert o.measured("p99_ttft_ms") is not None
+            assert o.measured("p99_tpot_ms") is not None
+            assert o.healthy
+            continue
         tokens = fleet.tokens[name]
         span = fleet.end - fleet.start
         assert tokens <= o.outcomes.throughput_tok_s * span <= 2.0 * tokens
         assert o.mediators.mean_batch_size == pytest.approx(8.0)
         assert o.mediators.queue_depth == pytest.approx(2.0)
-        assert o.replicas_up == 1
         assert o.healthy
         assert "slo_margin" in o.missing
         assert "comm_share" in o.missing
-    colon, under, sglang = (obs[r.chain.environment.id] for _, r in fleet.ranks.values())
+    colon, under, sglang = (
+        obs[fleet.ranks[n][1].chain] for n in ("vllm-colon", "vllm-underscore", "sglang")
+    )
     assert colon.measured("kv_cache_util") == pytest.approx(0.42)
     assert sglang.measured("kv_cache_util") == pytest.approx(0.7)
     assert under.measured("kv_cache_util") is None  # not exported: missing, never 0

@@ -1,9 +1,17 @@
 """What every launcher renders the same way: engine command lines, checkpoints and names.
 
-A rank of a ladder is ``replicas`` copies of one chain; each copy is an inference engine (vLLM or
-SGLang) started with the chain's config as flags.  The Kubernetes and SkyPilot launchers, and
-``koi render``, take the command line, the checkpoint and the workload names from here, so a
-manifest rendered offline and one applied by a launcher are the same.
+A rank of a ladder is ``replicas`` copies of one chain; each copy is an inference engine (vLLM,
+SGLang or TensorRT-LLM) started with the chain's config as flags.  The Kubernetes and SkyPilot
+launchers, and ``koi render``, take the command line, the checkpoint and the workload names from
+here, so a manifest rendered offline and one applied by a launcher are the same.
+
+TensorRT-LLM runs ``trtllm-serve`` (its OpenAI-compatible server, PyTorch backend); the flags
+are written for TensorRT-LLM 1.2.1, the default image.  The knobs it has no flag for (CUDA
+graphs, the KV-cache dtype) and the switch that turns on its Prometheus endpoint
+(``return_perf_metrics``) go into the YAML file of ``--extra_llm_api_options``, which the
+command writes first: it is ``sh -c`` with a here-document.  TensorRT-LLM does not quantize at
+load time, so an FP8 or INT4 chain needs a pre-quantized ``"model@quant"`` checkpoint, and it
+spans nodes only through MPI, which koi does not set up: such chains are refused.
 
 Names are derived from the job id and the chain, never from positions in the ladder: the same
 chain of the same job always gets the same workload name (re-applying it is a no-op), and a
@@ -43,7 +51,10 @@ __all__ = [
 ]
 
 #: engines koi can start, with the server each one runs
-ENGINES = ("sglang", "vllm")
+ENGINES = ("sglang", "trtllm", "vllm")
+
+#: where a TensorRT-LLM command writes its ``--extra_llm_api_options`` file, in the container
+_TRTLLM_OPTIONS = "/tmp/koi-llm-api-options.yaml"
 
 
 def _mapping(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -77,11 +88,26 @@ def _policies(value: Any) -> Mapping[str, tuple[Quant, ...]]:
     return types.MappingProxyType(out)
 
 
-def _images(_inst: object, attribute: attrs.Attribute[object], value: object) -> None:
-    assert isinstance(value, Mapping)
-    missing = sorted(set(ENGINES) - set(value))
-    if missing:
-        raise InvalidInput(f"{attribute.name}: needs an image for {missing}")
+#: the image each engine runs in unless :attr:`EngineSettings.images` names another
+DEFAULT_IMAGES = types.MappingProxyType(
+    {
+        "vllm": "vllm/vllm-openai:v0.11.0",
+        "sglang": "lmsysorg/sglang:v0.5.3",
+        "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.2.1",
+    }
+)
+
+
+def _images(value: Mapping[str, str]) -> Mapping[str, str]:
+    """The defaults with ``value``'s images over them: settings written before an engine was
+    added keep working."""
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"images: must map engine names to images, got {value!r}")
+    for engine, image in value.items():
+        if engine not in ENGINES or not isinstance(image, str) or not image:
+            msg = f"images[{engine!r}]: must be an image for one of {list(ENGINES)}, got {image!r}"
+            raise InvalidInput(msg)
+    return types.MappingProxyType({**DEFAULT_IMAGES, **value})
 
 
 @attrs.frozen
@@ -91,10 +117,17 @@ class EngineSettings:
     ``checkpoints`` maps a koi model name (or ``"model@quant"`` for a pre-quantized checkpoint,
     e.g. ``"Llama-3.1-70B@int4"``) to what the engine loads: a Hugging Face repository or a local
     path.  Without an entry, a built-in model serves the repository its catalog numbers came
-    from (:func:`koi.catalog.model_sources`).  Without a pre-quantized checkpoint the engine
-    quantizes at load time: FP8 with ``--quantization fp8``; INT4 with vLLM's in-flight
+    from (:func:`koi.catalog.model_sources`).  Without a pre-quantized checkpoint vLLM and
+    SGLang quantize at load time: FP8 with ``--quantization fp8``; INT4 with vLLM's in-flight
     bitsandbytes 4-bit or SGLang's torchao ``int4wo-128``.  Those 4-bit kernels are slower than
-    AWQ/GPTQ ones, so map an ``@int4`` checkpoint for production.
+    AWQ/GPTQ ones, so map an ``@int4`` checkpoint for production.  TensorRT-LLM serves FP8 and
+    INT4 only from a pre-quantized checkpoint: an FP8 or INT4 TensorRT-LLM chain without an
+    ``@fp8`` / ``@int4`` entry is refused, never served in BF16.
+
+    ``images`` overrides the image of any engine it names (:data:`DEFAULT_IMAGES` for the
+    others): ``vllm/vllm-openai:v0.11.0``, ``lmsysorg/sglang:v0.5.3`` and NVIDIA NGC's
+    ``nvcr.io/nvidia/tensorrt-llm/release:1.2.1`` (TensorRT-LLM 1.2.1, the release
+    :func:`engine_command` writes its flags for).
 
     The engine knobs themselves (memory fraction, CUDA graphs, chunked prefill, context length,
     KV-cache dtype) come from the chain's :class:`~koi.types.Config`, which is what the planner
@@ -107,12 +140,7 @@ class EngineSettings:
     .. versionadded:: 0.1
     """
 
-    images: Mapping[str, str] = attrs.field(
-        factory=lambda: {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.3"},
-        converter=_mapping,
-        validator=_images,
-        hash=False,
-    )
+    images: Mapping[str, str] = attrs.field(factory=dict, converter=_images, hash=False)
     checkpoints: Mapping[str, str] = attrs.field(
         factory=dict, converter=_mapping, validator=_checkpoints, hash=False
     )
@@ -174,7 +202,8 @@ def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
     Every knob of the chain's config becomes a flag: tensor and pipeline parallelism, the
     quantization, the batch limit (max sequences), the chunked-prefill budget (max batched
     tokens) and whether prefill is chunked at all, the memory fraction, eager mode, the
-    context length and the KV-cache dtype.
+    context length and the KV-cache dtype.  A TensorRT-LLM command is ``sh -c`` with a
+    script that writes its options file first (see :func:`_trtllm_command`).
 
     >>> from koi.types import Config, Environment
     >>> env = Environment("aws", "us-east-1", "on_demand", "g6e.12xlarge", "L40S", 4, 10.49)
@@ -185,6 +214,8 @@ def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
     c = chain.config
     _check_engine(c.engine)
     ckpt, prequantized = checkpoint(chain.model, c.quant, settings)
+    if c.engine == "trtllm":
+        return _trtllm_command(chain, settings, ckpt, prequantized=prequantized)
     quant: tuple[str, ...] = ()
     if c.quant is Quant.FP8 and not prequantized:
         quant = ("--quantization", "fp8")
@@ -239,6 +270,66 @@ def engine_command(chain: Chain, settings: EngineSettings) -> tuple[str, ...]:
     return cmd + settings.extra_args
 
 
+def _trtllm_command(
+    chain: Chain, settings: EngineSettings, ckpt: str, *, prequantized: bool
+) -> tuple[str, ...]:
+    """``trtllm-serve`` (TensorRT-LLM 1.2.1, PyTorch backend) as ``sh -c`` with a script.
+
+    Flags: ``--tp_size``, ``--pp_size``, ``--max_batch_size``, ``--max_num_tokens`` (the
+    tokens of one iteration, also the chunk size), ``--enable_chunked_prefill`` (off unless
+    given), ``--kv_cache_free_gpu_memory_fraction`` (a share of the memory left once the
+    weights are loaded, not of the whole device: the config's value is passed as it is) and
+    ``--max_seq_len``.  The script first writes the ``--extra_llm_api_options`` YAML as a
+    here-document: ``return_perf_metrics: true`` (without it there is no
+    ``/prometheus/metrics``), ``cuda_graph_config: null`` for eager mode and, for an FP8 KV
+    cache, a ``kv_cache_config`` block, which replaces the whole KV-cache config the flags
+    built and so repeats the memory fraction.  1.2.1 has no served-model-name flag: the
+    server answers under the checkpoint's name (a local directory's base name).
+    """
+    c = chain.config
+    if c.quant is not Quant.BF16 and not prequantized:
+        key = f"{chain.model}@{c.quant.value}"
+        msg = (
+            f"model {chain.model!r} at {c.quant.value} on trtllm: TensorRT-LLM serves "
+            f"{c.quant.value} only from a pre-quantized checkpoint; set "
+            f"EngineSettings.checkpoints[{key!r}] (koi render: --checkpoint {key}=REPO)"
+        )
+        raise InvalidInput(msg)
+    mem = f"{c.gpu_memory_utilization:g}"
+    options = ["return_perf_metrics: true"]
+    if not c.cuda_graphs:
+        options.append("cuda_graph_config: null")
+    if c.kv_cache_dtype != "auto":
+        options += [
+            "kv_cache_config:",
+            f"  dtype: {c.kv_cache_dtype}",
+            f"  free_gpu_memory_fraction: {mem}",
+        ]
+    serve = [
+        "trtllm-serve", ckpt,
+        "--backend", "pytorch",
+        "--host", "0.0.0.0", "--port", str(settings.port),
+        "--tp_size", str(c.tp),
+        "--pp_size", str(c.pp),
+        "--max_batch_size", str(c.max_batch_size),
+        "--max_num_tokens", str(c.max_batched_tokens),
+        "--kv_cache_free_gpu_memory_fraction", mem,
+    ]  # fmt: skip
+    if c.chunked_prefill:
+        serve.append("--enable_chunked_prefill")
+    if c.max_model_len is not None:
+        serve += ["--max_seq_len", str(c.max_model_len)]
+    serve += ["--extra_llm_api_options", _TRTLLM_OPTIONS, *settings.extra_args]
+    # The delimiter is quoted (a backslash): the shell expands nothing in the YAML.
+    lines = (
+        f"cat > {_TRTLLM_OPTIONS} <<\\KOI_EOF",
+        *options,
+        "KOI_EOF",
+        f"exec {shlex.join(serve)}",
+    )
+    return ("sh", "-c", "\n".join(lines) + "\n")
+
+
 #: the multi-node helper that ships in the vllm-openai image (starts and joins a Ray cluster)
 _VLLM_MULTI_NODE = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
 
@@ -251,9 +342,19 @@ def multi_node_commands(
     Written for a LeaderWorkerSet group, whose pods see ``LWS_LEADER_ADDRESS``,
     ``LWS_GROUP_SIZE`` and ``LWS_WORKER_INDEX``.  vLLM joins the group into a Ray cluster
     and serves from the leader; SGLang starts one server per node with ``--nnodes``.
+    TensorRT-LLM is refused (:class:`~koi.errors.InvalidInput`): it spans nodes as one MPI job
+    (``mpirun`` or Slurm with ``trtllm-llmapi-launch``), which needs an MPI launcher and
+    passwordless SSH between the pods, and koi sets up neither.
     """
     if nodes < 2:
         raise InvalidInput(f"nodes: a multi-node chain needs at least 2 nodes, got {nodes}")
+    if chain.config.engine == "trtllm":
+        msg = (
+            f"chain of {chain.model} on trtllm spans {nodes} nodes: koi does not render "
+            "multi-node TensorRT-LLM (it runs as one MPI job across the pods); keep tp * pp "
+            "within one instance's GPUs, or serve the chain on vllm or sglang"
+        )
+        raise InvalidInput(msg)
     single = engine_command(chain, settings)
     if chain.config.engine == "vllm":
         serve = shlex.join((*single, "--distributed-executor-backend", "ray"))

@@ -176,10 +176,15 @@ def test_bad_chains_are_clear_errors() -> None:
     odd = Rank(Chain("Llama-3.1-405B", h100, Config(tp=3, pp=3)), 1)  # 9 GPUs on 8-GPU nodes
     with pytest.raises(InvalidInput, match="do not split evenly"):
         render_rank("x", odd, KubernetesSettings())
-    with pytest.raises(InvalidInput, match="no launcher command for engine 'trtllm'"):
+    with pytest.raises(InvalidInput, match="TensorRT-LLM serves fp8 only from a pre-quantized"):
         render_rank(
-            "x", Rank(Chain("Llama-3.1-8B", h100, Config(engine="trtllm")), 1), KubernetesSettings()
+            "x",
+            Rank(Chain("Llama-3.1-8B", h100, Config(engine="trtllm", quant="fp8")), 1),
+            KubernetesSettings(),
         )
+    wide = Rank(Chain("Llama-3.1-405B", h100, Config(engine="trtllm", tp=8, pp=2)), 1)
+    with pytest.raises(InvalidInput, match="koi does not render multi-node TensorRT-LLM"):
+        render_rank("x", wide, KubernetesSettings())
     int4 = Rank(Chain("Llama-3.1-8B", h100, Config(quant="int4")), 1)
     cmd = render_rank("x", int4, KubernetesSettings())["spec"]["template"]["spec"]["containers"][0]
     assert cmd["command"][-2:] == ["--quantization", "bitsandbytes"]
@@ -192,3 +197,29 @@ def test_bad_chains_are_clear_errors() -> None:
     cmd = obj["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd[2] == "hugging-quants/llama-8b-awq"
     assert "--quantization" not in cmd
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_trtllm_rank_is_a_deployment_running_trtllm_serve(version: str) -> None:
+    h100 = env("aws", "p5.48xlarge", "us-east-1")
+    eng = EngineSettings(checkpoints={"Llama-3.1-70B@fp8": "nvidia/Llama-3.1-70B-Instruct-FP8"})
+    chain = Chain("Llama-3.1-70B", h100, Config(engine="trtllm", tp=4, quant="fp8"))
+    objs = render_job("chat", Ladder((Rank(chain, 2),)), KubernetesSettings(engine=eng))
+    assert [o["kind"] for o in objs] == ["Service", "Deployment"]
+    for obj in objs:
+        validate(obj, version, fast=True)
+    if version in (VERSIONS[0], VERSIONS[-1]):
+        for obj in objs:
+            validate(obj, version)
+    (container,) = _containers(objs[1])
+    assert container["image"] == "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert container["readinessProbe"]["httpGet"]["path"] == "/health"
+    shell, flag, script = container["command"]
+    assert (shell, flag) == ("sh", "-c")
+    assert "return_perf_metrics: true" in script
+    assert "$(" not in script  # nothing for the kubelet to expand
+    serve = script.splitlines()[-1]
+    assert serve.startswith("exec trtllm-serve nvidia/Llama-3.1-70B-Instruct-FP8 --backend pytorch")
+    for part in ("--tp_size 4", "--pp_size 1", "--max_batch_size 256", "--max_num_tokens 8192"):
+        assert part in serve

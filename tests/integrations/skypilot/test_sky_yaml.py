@@ -78,10 +78,14 @@ def _ranks() -> list[tuple[Rank, SkyPilotSettings]]:
         (Rank(Chain("Qwen3-8B", a100, Config(engine="sglang", quant="fp8")), 1), fallbacks),
         (Rank(Chain("Llama-3.1-70B", h100, Config(tp=8, quant="int4")), 1), awq),
         (Rank(Chain("Qwen3-32B", mi300x, Config(tp=2)), 1), plain),
+        (
+            Rank(Chain("Llama-3.1-8B", l40s, Config(engine="trtllm", tp=2, cuda_graphs=False)), 2),
+            plain,
+        ),
     ]
 
 
-@pytest.mark.parametrize("case", range(5))
+@pytest.mark.parametrize("case", range(6))
 def test_rendered_service_yaml_loads_in_skypilot(
     sky: Any, offline: list[str], tmp_path: Path, case: int
 ) -> None:

@@ -1,4 +1,4 @@
-"""Prometheus telemetry for koi: vLLM and SGLang engine metrics as koi observations.
+"""Prometheus telemetry for koi: vLLM, SGLang and TensorRT-LLM metrics as koi observations.
 
 Standard-library HTTP only (extra ``koi[prometheus]`` needs nothing)::
 
@@ -14,9 +14,10 @@ Standard-library HTTP only (extra ``koi[prometheus]`` needs nothing)::
 
 Each tick the plugin asks Prometheus, at the window's end, for the rates of the engines'
 latency histograms summed by ``le`` and by the labels that identify a rank, the generated-token
-counter, the KV-cache, running and waiting gauges and the preemption counter, and turns them
-into one :class:`~koi.types.Observation` per rank.  See ``docs/operations.md`` for the metric
-mapping and for how bucket layout limits p99 accuracy near an SLO bound.
+counter, the KV-cache, running and waiting gauges and the preemption counter (those an engine
+exports: TensorRT-LLM has the latency histograms only), and turns them into one
+:class:`~koi.types.Observation` per rank.  See ``docs/operations.md`` for the metric mapping
+and for how bucket layout limits p99 accuracy near an SLO bound.
 """
 
 from __future__ import annotations

@@ -6,6 +6,16 @@ OpenTelemetry pipelines and newer Prometheus name translations store them with a
 ``__name__`` (PromQL anchors it), e.g. ``vllm[:_]time_to_first_token_seconds``.  Renamed metrics
 are alternatives in one expression (vLLM's ``gpu_cache_usage_perc`` became ``kv_cache_usage_perc``;
 ``time_per_output_token_seconds`` became ``inter_token_latency_seconds``).
+
+TensorRT-LLM's ``trtllm-serve`` (1.2.1, the release koi launches) exports at
+``/prometheus/metrics`` only request-level families: time to first token, time per output token
+(per request), end-to-end latency, queue time and a success counter, labelled
+``model_name="undefined"`` (so its ranks need rules on the scrape target's labels, which also
+keep the generic unprefixed names apart from other exporters').  Its first releases named them
+without a prefix, later ones with ``trtllm_`` (and NVIDIA Dynamo re-exports them as
+``trtllm:``), so the expressions take all three.  It has no generated-token counter, KV-cache,
+running or waiting gauge and no per-token inter-token latency: those fields are ``None`` and
+what they measure is reported missing.
 """
 
 from __future__ import annotations
@@ -17,9 +27,12 @@ __all__ = ["ENGINES", "EngineMetrics"]
 
 @attrs.frozen
 class EngineMetrics:
-    """Metric-name expressions of one engine (``None``: the engine has no such metric).
+    """Metric-name expressions of one engine (``None``: the engine has no such metric, which is
+    then not queried and is reported missing).
 
-    Histograms are named without the ``_bucket`` suffix; counters with their ``_total``.
+    Histograms are named without the ``_bucket`` suffix; counters with their ``_total``.  Only
+    ``ttft`` is required: its ``+Inf`` bucket counts the requests and tells which replicas are
+    up (with ``running`` where the engine has it).
 
     - ``ttft``, ``itl``, ``e2e``: time to first token, inter-token latency and end-to-end
       request latency histograms (seconds).
@@ -37,12 +50,12 @@ class EngineMetrics:
     """
 
     ttft: str
-    itl: str
-    e2e: str
-    generation_tokens: str
-    kv_cache: str
-    running: str
-    waiting: str
+    itl: str | None = None
+    e2e: str | None = None
+    generation_tokens: str | None = None
+    kv_cache: str | None = None
+    running: str | None = None
+    waiting: str | None = None
     request_tpot: str | None = None
     preemptions: str | None = None
     prefix_hits: str | None = None
@@ -96,5 +109,13 @@ SGLANG = EngineMetrics(
     prefix_hit_rate="sglang[:_]cache_hit_rate",
 )
 
+#: ``trtllm-serve``'s: its time per output token is per request, ``(last - first token) /
+#: (output tokens - 1)``, which is koi's TPOT
+TRTLLM = EngineMetrics(
+    ttft="(?:trtllm[:_])?time_to_first_token_seconds",
+    e2e="(?:trtllm[:_])?e2e_request_latency_seconds",
+    request_tpot="(?:trtllm[:_])?time_per_output_token_seconds",
+)
+
 #: engine name (``Config.engine``) -> its metric families
-ENGINES: dict[str, EngineMetrics] = {"vllm": VLLM, "sglang": SGLANG}
+ENGINES: dict[str, EngineMetrics] = {"vllm": VLLM, "sglang": SGLANG, "trtllm": TRTLLM}

@@ -1,4 +1,4 @@
-"""The Prometheus telemetry plugin: vLLM and SGLang metrics -> koi observations.
+"""The Prometheus telemetry plugin: vLLM, SGLang and TensorRT-LLM metrics -> koi observations.
 
 Longer than most modules: the plugin's settings, the per-rank window and the fetcher that
 runs one collection's queries under its time budget are one path from PromQL series to an
@@ -206,7 +206,8 @@ class _Target:
 
 
 class PrometheusTelemetry:
-    """``koi_collect_telemetry`` from the Prometheus HTTP API, for vLLM and SGLang ranks.
+    """``koi_collect_telemetry`` from the Prometheus HTTP API, for vLLM, SGLang and TensorRT-LLM
+    ranks.
 
     Parameters
     ----------
@@ -215,7 +216,9 @@ class PrometheusTelemetry:
     rules
         The mapping from ranks to series: :class:`RankRule` values or tables with ``labels``
         and optional ``job`` / ``pool`` / ``gpu`` / ``engine`` globs; the first match wins.
-        Default: one rule matching vLLM's and SGLang's ``model_name`` label to the served model.
+        Default: one rule matching vLLM's and SGLang's ``model_name`` label to the served model
+        (TensorRT-LLM 1.2 labels its series ``model_name="undefined"``: its ranks need a rule
+        on the labels Prometheus attaches to the scrape target, e.g. the pod's).
     models
         koi model name -> the name the engine serves it under (the ``{served_model}``
         placeholder); a model not listed serves under its koi name.
@@ -237,8 +240,10 @@ class PrometheusTelemetry:
         reported (:attr:`Observation.replica_tpot_ms`: how the planner finds a slow replica).
 
     A metric that is absent is reported as *missing* (:attr:`Observation.missing`), never as
-    zero; so are values that come back NaN, infinite or negative (with a note in the log).  A
-    p99 read from a histogram carries the bucket it fell in as a
+    zero, and so is one the engine does not export (a ``None`` family of its
+    :class:`EngineMetrics`, which is not queried: TensorRT-LLM's throughput, cost, KV-cache,
+    batch and queue); so are values that come back NaN, infinite or negative (with a note in
+    the log).  A p99 read from a histogram carries the bucket it fell in as a
     :class:`~koi.types.Resolution`.  A source that cannot reach Prometheus raises
     :class:`PrometheusError`: the planner reports it and ticks on without telemetry.
 
@@ -487,7 +492,8 @@ class _Fetcher:
         tpot = m.request_tpot if m.request_tpot is not None else m.itl  # EngineWindow.tpot's
         if tpot is not None:
             queries["replica_tpot"] = f"sum{_by('le', *keys, rl)} (rate({vec(tpot, '_bucket')}{w}))"
-        queries["generation"] = f"sum{_by(*keys)} (rate({vec(m.generation_tokens)}{w}))"
+        if m.generation_tokens is not None:
+            queries["generation"] = f"sum{_by(*keys)} (rate({vec(m.generation_tokens)}{w}))"
         if m.preemptions is not None:
             queries["preemptions"] = f"sum{_by(*keys)} (rate({vec(m.preemptions)}{w}))"
         for name, counter in (("prefix_hits", m.prefix_hits), ("prefix_queries", m.prefix_queries)):
@@ -498,9 +504,11 @@ class _Fetcher:
                 f"avg{_by(*keys, rl)} (avg_over_time({vec(m.prefix_hit_rate)}{w}))"
             )
         for name, metric in (("kv", m.kv_cache), ("running", m.running), ("waiting", m.waiting)):
-            queries[name] = f"avg{_by(*keys, rl)} (avg_over_time({vec(metric)}{w}))"
-        both = f"(?:{m.running}|{m.ttft}_count)"
-        queries["replicas"] = f"group{_by(*keys, rl)} ({vec(both)})"
+            if metric is not None:
+                queries[name] = f"avg{_by(*keys, rl)} (avg_over_time({vec(metric)}{w}))"
+        # A replica is up once it reports a gauge, or has answered a request (TTFT's count).
+        up = f"{m.ttft}_count" if m.running is None else f"(?:{m.running}|{m.ttft}_count)"
+        queries["replicas"] = f"group{_by(*keys, rl)} ({vec(up)})"
         out: dict[str, list[Sample]] = {}
         for name, promql in queries.items():
             if self.plugin._clock() > self.deadline:
