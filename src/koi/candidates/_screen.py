@@ -115,45 +115,65 @@ class Screener:
             out.extend(sized)
         return out
 
-    def sized_costs(
-        self, job: Job, envs: Sequence[Environment], gpus: Mapping[str, GpuSpec], *, now_s: float
-    ) -> list[tuple[Option, float, float]]:
-        """``(option, throughput_tok_s, cost_per_mtok_usd)`` of every option
-        :meth:`sized_options` gives without corrections: the same options and replicas, and
-        exactly their screens' throughput and cost.
+    def cheapest_cost(
+        self,
+        job: Job,
+        envs: Sequence[Environment],
+        gpus: Mapping[str, GpuSpec],
+        *,
+        now_s: float,
+        price_per_gpu: Mapping[str, float],
+    ) -> float:
+        """The least cost per Mtok among the options :meth:`sized_options` gives without
+        corrections, each at ``price_per_gpu`` of its GPU type rather than its shape's price
+        (``inf`` where none serves): exactly the least of their screens' costs so priced.
 
-        An online job's options not sized before are costed by
-        :meth:`Surrogate.screen_cost`, without the latencies at the sized rate (a cost scale
-        reads nothing else); a batch job's are sized in full.
+        An online job's options not sized before are costed by :meth:`Surrogate.screen_cost`,
+        and lazily: a ladder serves at most the offered tokens (its rate bucket above them),
+        so its cost is at least its price over those, and options are costed in the order of
+        that bound until it passes the cheapest found.  A batch job's are sized in full.
         """
-        if not job.is_online:
-            return [
-                (
-                    s.option,
-                    s.prediction.outcomes.throughput_tok_s,
-                    s.prediction.outcomes.cost_per_mtok_usd,
-                )
-                for s in self.sized_options(job, envs, gpus, now_s=now_s)
-            ]
-        out: list[tuple[Option, float, float]] = []
+        best = math.inf
+
+        def priced(tput: float, cost: float, opt: Option) -> float:
+            shape_price = opt.shape.price_usd_per_gpu_h
+            if tput <= 0 or shape_price <= 0:
+                return math.inf
+            return cost * price_per_gpu[opt.gpu] / shape_price
+
+        unsized: list[tuple[Option, int]] = []
         for _, shape in sorted(largest_shapes(envs).items()):
-            sized = self._sized.get(sized_key(job, shape, now_s, 1.0, None))
-            if sized is not None:  # sized_options' own memo
+            sized = (
+                self._sized.get(sized_key(job, shape, now_s, 1.0, None))
+                if job.is_online
+                else self._sized_shape(job, shape, gpus, now_s, math.inf, 1.0, None)
+            )
+            if sized is not None:
                 for s in sized:
-                    outcomes = s.prediction.outcomes
-                    out.append((s.option, outcomes.throughput_tok_s, outcomes.cost_per_mtok_usd))
+                    out = s.prediction.outcomes
+                    best = min(best, priced(out.throughput_tok_s, out.cost_per_mtok_usd, s.option))
                 continue
-            options = self._screen_shape(job, shape, gpus[shape.gpu], math.inf)
-            for opt in options or ():
-                chain = Chain(job.model, opt.shape, opt.config)
+            for opt in self._screen_shape(job, shape, gpus[shape.gpu], math.inf) or ():
                 replicas = replicas_for(
                     job, opt.capacity_tok_s, now_s=now_s, headroom=1.0, cfg=self.cfg
                 )
-                ladder = Ladder((Rank(chain, replicas),))
-                got = self.surrogate.screen_cost(job, ladder, now_s=now_s)
-                if got is not None:
-                    out.append((opt, *got))
-        return out
+                unsized.append((opt, replicas))
+        most = job.workload.offered_output_tok_s * (1.0 + self.surrogate.cfg.rate_bucket) * _SLACK
+        if not unsized or most <= 0:
+            return best  # serving nothing offered costs nothing finite
+        bounds = sorted(
+            (replicas * opt.config.gpus * price_per_gpu[opt.gpu] / 3600.0 / most * 1e6, k)
+            for k, (opt, replicas) in enumerate(unsized)
+        )
+        for bound, k in bounds:
+            if bound >= best:
+                break
+            opt, replicas = unsized[k]
+            ladder = Ladder((Rank(Chain(job.model, opt.shape, opt.config), replicas),))
+            got = self.surrogate.screen_cost(job, ladder, now_s=now_s)
+            if got is not None:
+                best = min(best, priced(*got, opt))
+        return best
 
     def _sized_shape(
         self,

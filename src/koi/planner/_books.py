@@ -91,12 +91,5 @@ def reference_cost(
     for env in envs:
         price = env.price_usd_per_gpu_h
         cheapest_per_gpu[env.gpu] = min(price, cheapest_per_gpu.get(env.gpu, price))
-    best = float("inf")
-    # The sized options' costs only: no latencies at their rates where none were screened.
-    for option, tput, cost in screener.sized_costs(job, envs, gpus, now_s=now_s):
-        shape = option.shape
-        if tput <= 0 or shape.price_usd_per_gpu_h <= 0:
-            continue
-        ratio = cheapest_per_gpu[shape.gpu] / shape.price_usd_per_gpu_h
-        best = min(best, cost * ratio)
+    best = screener.cheapest_cost(job, envs, gpus, now_s=now_s, price_per_gpu=cheapest_per_gpu)
     return best if best < float("inf") and best > 0 else 1.0
