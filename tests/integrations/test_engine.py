@@ -168,14 +168,21 @@ def _trtllm(cmd: tuple[str, ...]) -> tuple[str, dict[str, Any], list[str]]:
     yaml = pytest.importorskip("yaml")
     assert cmd[:2] == ("sh", "-c")
     lines = cmd[2].splitlines()
-    head = re.fullmatch(r"cat > (\S+) <<\\KOI_EOF", lines[0])
-    assert head is not None, lines[0]
+    assert lines[0] == "set -e"
+    head = re.fullmatch(r"cat > (\S+) <<\\KOI_EOF", lines[1])
+    assert head is not None, lines[1]
     end = lines.index("KOI_EOF")
-    options = yaml.safe_load("\n".join(lines[1:end]))
-    (exec_line,) = lines[end + 1 :]
+    options = yaml.safe_load("\n".join(lines[2:end]))
+    mkdir, _, exec_line = lines[end + 1 :]
+    assert mkdir == "mkdir -p /tmp/koi-models"
     argv = shlex.split(exec_line)
     assert argv[:2] == ["exec", "trtllm-serve"]
     return head.group(1), options, argv[2:]
+
+
+def _fetch(cmd: tuple[str, ...]) -> list[str]:
+    """How a trtllm command puts the checkpoint where it is served from."""
+    return shlex.split(cmd[2].splitlines()[-2])
 
 
 def _flags(argv: list[str]) -> dict[str, str | None]:
@@ -201,7 +208,12 @@ def test_trtllm_serve_flags_carry_the_config() -> None:
         EngineSettings(port=9000),
     )
     path, options, argv = _trtllm(cmd)
-    assert argv[0] == "meta-llama/Llama-3.1-8B"
+    # Served from a directory named after the model: 1.2.1 answers to the directory's name.
+    assert argv[0] == "/tmp/koi-models/Llama-3.1-8B"
+    fetch = _fetch(cmd)
+    assert fetch[:2] == ["python3", "-c"]
+    assert "snapshot_download" in fetch[2]
+    assert fetch[3:] == ["meta-llama/Llama-3.1-8B", "/tmp/koi-models/Llama-3.1-8B"]
     flags = _flags(argv[1:])
     assert flags == {
         "--backend": "pytorch",
@@ -253,22 +265,28 @@ def test_trtllm_serves_fp8_and_int4_only_from_a_prequantized_checkpoint(quant: s
         assert f"EngineSettings.checkpoints['{key}']" in message
         assert f"--checkpoint {key}=REPO" in message
     quantized = EngineSettings(checkpoints={key: "org/Llama-3.1-8B-quantized"})
-    _, options, argv = _trtllm(engine_command(chain(engine="trtllm", quant=quant), quantized))
-    assert argv[0] == "org/Llama-3.1-8B-quantized"
+    cmd = engine_command(chain(engine="trtllm", quant=quant), quantized)
+    _, options, argv = _trtllm(cmd)
+    assert _fetch(cmd)[3] == "org/Llama-3.1-8B-quantized"
     assert not any("quant" in a for a in argv[1:])  # the checkpoint says how it is quantized
     assert options == {"return_perf_metrics": True}
+
+
+def _fake(bin_dir: Path, name: str, body: str) -> None:
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / name
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
 
 
 def test_the_trtllm_script_writes_its_options_then_execs_the_server(tmp_path: Path) -> None:
     yaml = pytest.importorskip("yaml")
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "trtllm-serve"
-    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$KOI_ARGS"\n')
-    fake.chmod(0o755)
+    _fake(bin_dir, "trtllm-serve", 'printf "%s\\n" "$@" > "$KOI_ARGS"')
+    checkpoint = tmp_path / "my llama"  # a space survives the quoting
+    checkpoint.mkdir()
     settings = EngineSettings(
-        checkpoints={"Llama-3.1-8B": "/models/my llama"},  # a space survives the quoting
-        extra_args=("--log_level", "info"),
+        checkpoints={"Llama-3.1-8B": str(checkpoint)}, extra_args=("--log_level", "info")
     )
     cmd = engine_command(chain(engine="trtllm", cuda_graphs=False), settings)
     path, options, argv = _trtllm(cmd)
@@ -277,14 +295,39 @@ def test_the_trtllm_script_writes_its_options_then_execs_the_server(tmp_path: Pa
     for shell in shells:
         written = tmp_path / f"{shell}.yaml"
         args = tmp_path / f"{shell}.args"
+        models = tmp_path / f"{shell}-models"
         env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KOI_ARGS": str(args)}
-        script = cmd[2].replace(path, str(written))
+        script = cmd[2].replace(path, str(written)).replace("/tmp/koi-models", str(models))
         subprocess.run([shell, "-c", script], env=env, check=True, timeout=30)
         assert yaml.safe_load(written.read_text()) == options
         served = args.read_text().splitlines()
-        assert served == [a.replace(path, str(written)) for a in argv]
-        assert served[0] == "/models/my llama"
+        assert served[1:] == [a.replace(path, str(written)) for a in argv[1:]]
+        # The server loads the checkpoint through a directory named after the model.
+        assert served[0] == str(models / "Llama-3.1-8B")
+        assert Path(served[0]).resolve() == checkpoint
         assert served[-2:] == ["--log_level", "info"]
+
+
+def test_a_failed_fetch_does_not_start_the_trtllm_server(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    _fake(bin_dir, "trtllm-serve", 'touch "$KOI_ARGS"')
+    _fake(bin_dir, "python3", "exit 1")  # the Hugging Face download fails
+    started = tmp_path / "started"
+    cmd = engine_command(chain(engine="trtllm"), EngineSettings())
+    path, _, _ = _trtllm(cmd)
+    script = cmd[2].replace(path, str(tmp_path / "o.yaml"))
+    script = script.replace("/tmp/koi-models", str(tmp_path / "models"))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "KOI_ARGS": str(started)}
+    done = subprocess.run(["sh", "-c", script], env=env, timeout=30, check=False)
+    assert done.returncode != 0
+    assert not started.exists()
+
+
+def test_a_trtllm_model_name_must_name_a_directory() -> None:
+    custom = Chain("org/my-model", ENV, Config(engine="trtllm"))
+    settings = EngineSettings(checkpoints={"org/my-model": "org/my-model"})
+    with pytest.raises(InvalidInput, match="name the model without '/'"):
+        engine_command(custom, settings)
 
 
 def test_multi_node_trtllm_is_refused() -> None:

@@ -55,6 +55,13 @@ ENGINES = ("sglang", "trtllm", "vllm")
 
 #: where a TensorRT-LLM command writes its ``--extra_llm_api_options`` file, in the container
 _TRTLLM_OPTIONS = "/tmp/koi-llm-api-options.yaml"
+#: where it puts the checkpoint, in a directory named after the model (the name it serves)
+_TRTLLM_MODELS = "/tmp/koi-models"
+#: fetches a Hugging Face repository into a directory (``huggingface_hub`` ships with the image)
+_HF_FETCH = (
+    "import sys; from huggingface_hub import snapshot_download; "
+    "snapshot_download(sys.argv[1], local_dir=sys.argv[2])"
+)
 
 
 def _mapping(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -283,8 +290,10 @@ def _trtllm_command(
     here-document: ``return_perf_metrics: true`` (without it there is no
     ``/prometheus/metrics``), ``cuda_graph_config: null`` for eager mode and, for an FP8 KV
     cache, a ``kv_cache_config`` block, which replaces the whole KV-cache config the flags
-    built and so repeats the memory fraction.  1.2.1 has no served-model-name flag: the
-    server answers under the checkpoint's name (a local directory's base name).
+    built and so repeats the memory fraction.  1.2.1 has no served-model-name flag and serves
+    a local checkpoint under its directory's name, so the script serves the checkpoint from
+    ``/tmp/koi-models/<model>``: a link to a local path, or a Hugging Face repository fetched
+    there.  Every engine then answers to the koi model name, as one Service needs.
     """
     c = chain.config
     if c.quant is not Quant.BF16 and not prequantized:
@@ -295,6 +304,17 @@ def _trtllm_command(
             f"EngineSettings.checkpoints[{key!r}] (koi render: --checkpoint {key}=REPO)"
         )
         raise InvalidInput(msg)
+    if "/" in chain.model or chain.model in (".", ".."):
+        msg = (
+            f"model {chain.model!r} on trtllm: TensorRT-LLM serves a model under its "
+            "directory's name, which cannot be that; name the model without '/'"
+        )
+        raise InvalidInput(msg)
+    served = f"{_TRTLLM_MODELS}/{chain.model}"
+    if ckpt.startswith(("/", "./", "../")):  # a local path: linked under the model's name
+        fetch = shlex.join(("ln", "-sfn", ckpt, served))
+    else:
+        fetch = shlex.join(("python3", "-c", _HF_FETCH, ckpt, served))
     mem = f"{c.gpu_memory_utilization:g}"
     options = ["return_perf_metrics: true"]
     if not c.cuda_graphs:
@@ -306,7 +326,7 @@ def _trtllm_command(
             f"  free_gpu_memory_fraction: {mem}",
         ]
     serve = [
-        "trtllm-serve", ckpt,
+        "trtllm-serve", served,
         "--backend", "pytorch",
         "--host", "0.0.0.0", "--port", str(settings.port),
         "--tp_size", str(c.tp),
@@ -322,9 +342,12 @@ def _trtllm_command(
     serve += ["--extra_llm_api_options", _TRTLLM_OPTIONS, *settings.extra_args]
     # The delimiter is quoted (a backslash): the shell expands nothing in the YAML.
     lines = (
+        "set -e",  # a failed fetch must not start a server with no model
         f"cat > {_TRTLLM_OPTIONS} <<\\KOI_EOF",
         *options,
         "KOI_EOF",
+        f"mkdir -p {_TRTLLM_MODELS}",
+        fetch,
         f"exec {shlex.join(serve)}",
     )
     return ("sh", "-c", "\n".join(lines) + "\n")

@@ -220,6 +220,7 @@ def test_a_trtllm_rank_is_a_deployment_running_trtllm_serve(version: str) -> Non
     assert "return_perf_metrics: true" in script
     assert "$(" not in script  # nothing for the kubelet to expand
     serve = script.splitlines()[-1]
-    assert serve.startswith("exec trtllm-serve nvidia/Llama-3.1-70B-Instruct-FP8 --backend pytorch")
+    assert serve.startswith("exec trtllm-serve /tmp/koi-models/Llama-3.1-70B --backend pytorch")
+    assert "nvidia/Llama-3.1-70B-Instruct-FP8 /tmp/koi-models/Llama-3.1-70B" in script
     for part in ("--tp_size 4", "--pp_size 1", "--max_batch_size 256", "--max_num_tokens 8192"):
         assert part in serve

@@ -34,7 +34,8 @@ def test_a_trtllm_service_runs_trtllm_serve_from_the_ngc_image(tmp_path: Path) -
     shell, flag, script = shlex.split(run)
     assert (shell, flag) == ("sh", "-c")
     assert "cuda_graph_config: null" in script.splitlines()
-    assert script.splitlines()[-1].startswith("exec trtllm-serve meta-llama/Llama-3.1-8B ")
+    assert script.splitlines()[-1].startswith("exec trtllm-serve /tmp/koi-models/Llama-3.1-8B ")
+    assert "meta-llama/Llama-3.1-8B /tmp/koi-models/Llama-3.1-8B" in script
     assert "--tp_size 2" in script
 
 
@@ -44,4 +45,4 @@ def test_a_quantized_trtllm_rank_needs_its_checkpoint() -> None:
         render_service_config("chat", rank, SkyPilotSettings(), CAT)
     awq = EngineSettings(checkpoints={"Llama-3.1-8B@int4": "org/Llama-3.1-8B-AWQ"})
     cfg = render_service_config("chat", rank, SkyPilotSettings(engine=awq), CAT)
-    assert "exec trtllm-serve org/Llama-3.1-8B-AWQ " in cfg["run"]
+    assert "org/Llama-3.1-8B-AWQ /tmp/koi-models/Llama-3.1-8B" in cfg["run"]
