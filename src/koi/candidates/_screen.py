@@ -32,7 +32,7 @@ from koi.types import Chain, Config, Environment, GpuSpec, Job, Ladder, Outcomes
 
 #: The residual corrections in force, per chain (the surrogate's ``corrections`` callback).
 Corrections = Callable[[Chain], RankCorrection]
-#: Room over a corrected capacity's bound for the closed form's rounding (seen: 1e-9).
+#: Room over the bounds below for the closed form's rounding (seen: 1e-9 of a capacity).
 _SLACK = 1.0 + 1e-6
 
 __all__ = ["Corrections", "Option", "Screener", "SizedOption", "meets_target"]
