@@ -15,6 +15,7 @@ import pytest
 from koi.errors import InvalidInput
 from koi.planner import Planner
 from koi.planner._learn import correction_fn
+from koi.planner._observe import with_served_tokens
 from koi.types import Job, Mediator, Mediators, Observation, Resolution, from_data, to_data
 
 from ._world import World, chat_job, pools
@@ -118,3 +119,36 @@ def test_observation_validates_missing_and_resolution() -> None:
     assert partial.measured(Mediator.QUEUE_DEPTH) == o.mediators.queue_depth
     assert from_data(to_data(partial), Observation) == partial
     assert isinstance(partial.mediators, Mediators)
+
+
+def _tensorrt_like(o: Observation) -> Observation:
+    """What TensorRT-LLM 1.2's metrics give: latencies and request counts, no token counter."""
+    return attrs.evolve(
+        o,
+        outcomes=attrs.evolve(o.outcomes, throughput_tok_s=0.0, cost_per_mtok_usd=0.0),
+        missing=("throughput_tok_s", "cost_per_mtok_usd"),
+    )
+
+
+def test_served_tokens_are_estimated_from_completions_where_none_were_counted() -> None:
+    world = _world()
+    world.apply(Planner().tick(world.snapshot()).plan)
+    o = world.advance()[0]
+    assert o.completed > 0
+    job = world.jobs[0]
+    (got,) = with_served_tokens([_tensorrt_like(o)], world.jobs)
+    window = o.end_s - o.start_s
+    assert got.measured("throughput_tok_s") == o.completed * job.workload.output_len.mean / window
+    assert got.measured("cost_per_mtok_usd") is None  # a price over an estimate: left out
+    # Measured throughputs, windows with no completions and jobs no longer known stay as given.
+    idle = attrs.evolve(_tensorrt_like(o), completed=0)
+    gone = attrs.evolve(_tensorrt_like(o), job_id="finished")
+    assert with_served_tokens([o, idle, gone], world.jobs) == [o, idle, gone]
+
+
+def test_a_rank_without_a_token_counter_still_teaches_its_throughput() -> None:
+    world, planner = _world(), Planner()
+    _run(planner, world, 5, _tensorrt_like)
+    learned = {variable for _stratum, variable in planner.state.detectors}
+    assert "throughput_tok_s" in learned
+    assert "cost_per_mtok_usd" not in learned

@@ -10,9 +10,9 @@ import attrs
 from koi.errors import InvalidInput
 from koi.planner._input import checked_snapshot
 from koi.plugins import PluginHost
-from koi.types import Chain, ClusterSnapshot, GpuSpec, ModelSpec, Observation
+from koi.types import Chain, ClusterSnapshot, GpuSpec, Job, ModelSpec, Observation, Outcome
 
-__all__ = ["checked_observations", "collect_telemetry", "take_snapshot"]
+__all__ = ["checked_observations", "collect_telemetry", "take_snapshot", "with_served_tokens"]
 
 
 def take_snapshot(
@@ -101,6 +101,31 @@ def collect_telemetry(
             )
             continue
         seen.add(_window(o))
+        out.append(o)
+    return out
+
+
+def with_served_tokens(
+    observations: Sequence[Observation], jobs: Sequence[Job]
+) -> list[Observation]:
+    """``observations`` with a throughput where the source counted completed requests but no
+    generated tokens (TensorRT-LLM 1.2 exports no token counter): the completions times the
+    job's mean output length, over the window.  An overloaded window's throughput is how a
+    rank's capacity is learned, and without it a rank that is slower than predicted is never
+    found out.  The cost per token stays missing; the job's output length is then not learned
+    from that rank (it would only read back the declared mean)."""
+    name = Outcome.THROUGHPUT.value
+    by_id = {j.id: j for j in jobs}
+    out = []
+    for o in observations:
+        job = by_id.get(o.job_id)
+        if job is not None and name in o.missing and o.completed > 0:
+            tok_s = o.completed * job.workload.output_len.mean / (o.end_s - o.start_s)
+            o = attrs.evolve(
+                o,
+                outcomes=attrs.evolve(o.outcomes, throughput_tok_s=tok_s),
+                missing=tuple(m for m in o.missing if m != name),
+            )
         out.append(o)
     return out
 

@@ -62,7 +62,12 @@ from koi.planner._evaluate import Evaluator, replay_short_lists
 from koi.planner._evaluation_memo import EvaluationMemo
 from koi.planner._learn import learn
 from koi.planner._mining import mine_mechanisms
-from koi.planner._observe import checked_observations, collect_telemetry, take_snapshot
+from koi.planner._observe import (
+    checked_observations,
+    collect_telemetry,
+    take_snapshot,
+    with_served_tokens,
+)
 from koi.planner._progress import (
     Progress,
     late_batch_jobs,
@@ -253,8 +258,11 @@ class Planner:
         state = self.state
         obs: Sequence[Observation] = given
         try:
-            obs = collect_telemetry(  # S1
-                self.host, snapshot, given, state.last_time_s, errors, deadline.plan_by
+            obs = with_served_tokens(
+                collect_telemetry(  # S1
+                    self.host, snapshot, given, state.last_time_s, errors, deadline.plan_by
+                ),
+                snapshot.jobs,
             )
             watch.lap("S1_telemetry")
             state, learned = self._learn(state, snapshot, obs, errors)  # S2 + S3
