@@ -112,8 +112,8 @@ def with_served_tokens(
     generated tokens (TensorRT-LLM 1.2 exports no token counter): the completions times the
     job's mean output length, over the window.  An overloaded window's throughput is how a
     rank's capacity is learned, and without it a rank that is slower than predicted is never
-    found out.  The cost per token stays missing; the job's output length is then not learned
-    from that rank (it would only read back the declared mean)."""
+    found out.  The cost per token stays missing, and the output lengths measured from that
+    rank (tokens over completions) read back the declared mean: no drift is seen there."""
     name = Outcome.THROUGHPUT.value
     by_id = {j.id: j for j in jobs}
     out = []
