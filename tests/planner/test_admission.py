@@ -97,6 +97,19 @@ def test_newcomer_is_admitted_by_shrinking_a_lower_priority_job() -> None:
     assert _risk(blocked, "new") is Verdict.CAPACITY
 
 
+def test_an_online_job_left_unserved_without_a_verdict_is_at_risk() -> None:
+    # No verdicts this tick (as for the stuck jobs past ``make_room_jobs``): the newcomer
+    # waits, and the plan still says so.
+    snapshot = _full_fleet(_online("new", priority=1))
+    result = _planner(make_room_jobs=0).tick(snapshot, launch=False)
+    assert result.plan.action("new").kind is ActionKind.DEFER
+    risk = next(r for r in result.at_risk if r.job_id == "new")
+    assert risk.verdict is Verdict.UNSERVED
+    assert risk.breach_probability == 1.0
+    assert result.plan.diagnostics["at_risk"]["new"] == "unserved"
+    assert _risk(result, "old") is None  # served within its target
+
+
 def test_hopeless_job_is_served_best_effort_and_reported_at_risk() -> None:
     impossible = _online("new", ttft_ms=1.0)  # no ladder anywhere answers in 1 ms
     snapshot = ClusterSnapshot(600.0, [impossible], [Pool(ENV, 8)], [])

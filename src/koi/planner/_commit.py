@@ -296,6 +296,10 @@ def jobs_at_risk(
             out.append(
                 AtRisk(job.id, Verdict.BREACH, f"breach probability {p:.2f} > τ {tau:.2f}", p)
             )
+        elif not serving and job.is_online:
+            # A refused service is an outage even when admission judged other stuck jobs
+            # this tick (``make_room_jobs``) or the tick ran out of time before verdicts.
+            out.append(AtRisk(job.id, Verdict.UNSERVED, "not served; no verdict this tick"))
     return tuple(out)
 
 

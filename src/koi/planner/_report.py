@@ -20,6 +20,7 @@ class Verdict(enum.StrEnum):
     CAPACITY = "capacity"  # some would, none fits what is free (and no room was made)
     DEADLINE = "deadline"  # a batch job that misses its deadline at its current rate
     BREACH = "breach"  # its ladder is predicted past C3's bound
+    UNSERVED = "unserved"  # an online job left unserved without a verdict this tick
 
 
 @attrs.frozen
@@ -91,7 +92,7 @@ class TickResult:
     checkpoint could not be written: the plan was then not launched and the planner's state did
     not move.  ``at_risk`` lists the jobs the plan may not serve within their target: hopeless
     ones served best effort or refused, jobs waiting for capacity, batch jobs late at their
-    current rate, ladders predicted past C3's bound.
+    current rate, ladders predicted past C3's bound, online jobs left unserved without a verdict.
     """
 
     plan: Plan
