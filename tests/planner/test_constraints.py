@@ -191,6 +191,10 @@ def check_constraints(planner: Planner, snapshot: ClusterSnapshot, result: TickR
         assert used <= room[pool], f"best effort on {pool}: {used} > {room[pool]}"
     moved = sum(a.kind is ActionKind.RECONFIGURE for a in plan.actions)
     assert moved <= result.knobs["swap_budget"]  # C4
+    online = {j.id for j in snapshot.jobs if j.is_online}
+    at_risk = {r.job_id for r in result.at_risk}
+    for a in plan.actions:  # a service the plan leaves without a ladder is reported at risk
+        assert a.job_id not in online or not a.ladder.is_empty or a.job_id in at_risk
     jobs = {j.id: j for j in snapshot.jobs}
     for quota in snapshot.quotas:  # C5 quotas
         used = sum(a.ladder.gpus for a in plan.actions if jobs[a.job_id].quota_group == quota.group)

@@ -129,6 +129,11 @@ def test_the_safe_plan_also_sheds_a_shrunk_pool() -> None:
     assert result.plan.action("b").kind is ActionKind.STOP
     assert "shed" in result.plan.action("b").reason
     assert _steady_use(result)[shrunk.id] <= 1
+    # The service it sheds is reported at risk, in the result and in the plan.
+    (risk,) = result.at_risk
+    assert (risk.job_id, risk.verdict.value) == ("b", "unserved")
+    assert "shed" in risk.detail
+    assert result.plan.diagnostics["at_risk"] == {"b": "unserved"}
 
 
 def test_c2_infeasible_incumbents_beyond_the_swap_budget_still_get_a_plan() -> None:

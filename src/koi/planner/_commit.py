@@ -299,17 +299,30 @@ def jobs_at_risk(
         elif not serving and job.is_online:
             # A refused service is an outage even when admission judged other stuck jobs
             # this tick (``make_room_jobs``) or the tick ran out of time before verdicts.
-            out.append(AtRisk(job.id, Verdict.UNSERVED, "not served; no verdict this tick"))
+            out.append(unserved(job.id, "no verdict this tick"))
     return tuple(out)
+
+
+def unserved(job_id: str, why: str) -> AtRisk:
+    """An online job the plan leaves without a ladder, and why it has no other verdict."""
+    return AtRisk(job_id, Verdict.UNSERVED, f"not served; {why}")
 
 
 def fallback_result(
     snapshot: ClusterSnapshot, state: PlannerState, errors: Sequence[str]
 ) -> TickResult:
     """The safe plan (DESIGN §3 "safe fallback"): keep every active job, defer every pending
-    one, stop finished jobs, and shed what no longer fits a shrunk pool."""
+    one, stop finished jobs, and shed what no longer fits a shrunk pool.  The online jobs it
+    leaves unserved are at risk."""
     actions = safe_actions(snapshot, "safe fallback")
-    plan = Plan(time_s=snapshot.time_s, actions=actions, diagnostics={"fallback": True})
+    online = {j.id for j in snapshot.jobs if j.is_online}
+    at_risk = tuple(
+        unserved(a.job_id, a.reason) for a in actions if a.job_id in online and a.ladder.is_empty
+    )
+    diagnostics: dict[str, object] = {"fallback": True}
+    if at_risk:
+        diagnostics["at_risk"] = {r.job_id: r.verdict.value for r in at_risk}
+    plan = Plan(time_s=snapshot.time_s, actions=actions, diagnostics=diagnostics)
     return TickResult(
         plan=plan,
         candidates=(),
@@ -319,6 +332,7 @@ def fallback_result(
         knobs=knobs(state, None),
         errors=tuple(errors),
         fallback=True,
+        at_risk=at_risk,
     )
 
 
