@@ -52,8 +52,12 @@ test-integrations: $(INT_STAMP)
 
 test: lint pytest
 
+# The speed and scale scripts, each on its defaults; the other scripts in benchmarks/ read
+# bench output or fit data and take arguments (their docstrings say which).
+BENCH_SCRIPTS = replay surrogate selector_scale input_size sim tick
+
 bench: venv
-	@for f in benchmarks/*.py; do echo "== $$f"; $(BIN)/python $$f || exit 1; done
+	@for f in $(BENCH_SCRIPTS); do echo "== benchmarks/$$f.py"; $(BIN)/python benchmarks/$$f.py || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench-out .cache
