@@ -299,11 +299,11 @@ def jobs_at_risk(
         elif not serving and job.is_online:
             # A refused service is an outage even when admission judged other stuck jobs
             # this tick (``make_room_jobs``) or the tick ran out of time before verdicts.
-            out.append(unserved(job.id, "no verdict this tick"))
+            out.append(_unserved(job.id, "no verdict this tick"))
     return tuple(out)
 
 
-def unserved(job_id: str, why: str) -> AtRisk:
+def _unserved(job_id: str, why: str) -> AtRisk:
     """An online job the plan leaves without a ladder, and why it has no other verdict."""
     return AtRisk(job_id, Verdict.UNSERVED, f"not served; {why}")
 
@@ -317,7 +317,7 @@ def fallback_result(
     actions = safe_actions(snapshot, "safe fallback")
     online = {j.id for j in snapshot.jobs if j.is_online}
     at_risk = tuple(
-        unserved(a.job_id, a.reason) for a in actions if a.job_id in online and a.ladder.is_empty
+        _unserved(a.job_id, a.reason) for a in actions if a.job_id in online and a.ladder.is_empty
     )
     diagnostics: dict[str, object] = {"fallback": True}
     if at_risk:
