@@ -10,7 +10,7 @@ given, best value first: ``*`` the chosen one, its kind and key, GPUs, value (``
 λ Switch``), Tchebycheff score ``J``, breach probability, switching cost, sources, predicted
 p99 TTFT / p99 TPOT / throughput and why it was rejected.  The run stops after minute
 ``--to``.  ``--json`` prints one JSON object per tick instead.  docs/benchmark.md's trace of a
-hopeless service shrunk by its queue's age was read this way.
+hopeless service shrunk for a ladder that carries less was read this way.
 """
 
 from __future__ import annotations
