@@ -28,16 +28,17 @@ from koi.catalog import load_catalog
 from koi.collector import relaxed_collector
 from koi.config import KoiConfig, with_knobs
 from koi.errors import KoiError
-from koi.planner import Planner, TickResult
+from koi.planner import CandidateReport, Planner, TickResult
 from koi.sim import load_scenario, run
 from koi.types import ClusterSnapshot, Observation, Plan
+from tick import knob
 
 
 class _Done(Exception):
     """The stretch asked for is printed: end the run."""
 
 
-def _row(c: Any) -> dict[str, Any]:
+def _row(c: CandidateReport) -> dict[str, Any]:
     o = c.outcomes
     return {
         "chosen": c.chosen,
@@ -103,16 +104,6 @@ class _Watching:
         return result.plan
 
 
-def _knob(text: str) -> tuple[str, Any]:
-    path, sep, raw = text.partition("=")
-    if not sep:
-        raise KoiError(f"--knob: expected PATH=VALUE, got {text!r}")
-    try:
-        return path, json.loads(raw)
-    except json.JSONDecodeError:
-        return path, raw
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="hetero-3h")
@@ -127,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         scenario = load_scenario(args.scenario)
         if args.job not in {j.id for j in scenario.jobs}:
             raise KoiError(f"--job: no job {args.job!r} in scenario {scenario.name!r}")
-        config = with_knobs(KoiConfig(), dict(_knob(k) for k in args.knob))
+        config = with_knobs(KoiConfig(), dict(knob(k, "--knob") for k in args.knob))
         planner = Planner(config=koi_config("koi", config), catalog=load_catalog(), name="koi")
         policy = _Watching(planner, args.job, args.start, args.end, args.json)
         with relaxed_collector():  # as koi bench runs it

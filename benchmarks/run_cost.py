@@ -43,7 +43,7 @@ import attrs
 from koi.baselines import CONFIGURABLE
 from koi.bench import RunTask, execute
 from koi.sim import Scenario, load_scenario
-from tick import reference_workload
+from tick import knob, reference_workload
 
 #: Stage name -> functions (file suffix, function name) whose cumulative time it is.
 STAGES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -115,16 +115,6 @@ def measure(task: RunTask, profile: bool) -> dict[str, Any]:
     return out
 
 
-def _knob(text: str) -> tuple[str, Any]:
-    path, sep, value = text.partition("=")
-    if not sep:
-        raise SystemExit(f"--knob {text!r}: expected PATH=VALUE")
-    try:
-        return path.strip(), json.loads(value)
-    except json.JSONDecodeError:
-        return path.strip(), value
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scenario", default="hetero-3h")
@@ -135,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--knob", action="append", default=[], help="PATH=VALUE for koi's planners")
     args = ap.parse_args(argv)
     sc = truncated(load_scenario(args.scenario), args.hours)
-    knobs = tuple(_knob(k) for k in args.knob)
+    knobs = tuple(knob(k, "--knob") for k in args.knob)
     runs = [
         measure(
             RunTask(sc, name.strip(), args.seed, knobs if name.strip() in CONFIGURABLE else ()),

@@ -123,14 +123,18 @@ def _p95(xs: Sequence[float]) -> float:
     return sorted(xs)[math.ceil(0.95 * len(xs)) - 1]
 
 
-def _knob(text: str) -> tuple[str, Any]:
+def knob(text: str, flag: str = "--set") -> tuple[str, Any]:
+    """A ``PATH=VALUE`` knob as written after ``flag``: the value read as JSON, else kept as
+    a string (for :func:`koi.config.with_knobs`; the benchmark scripts share it).  Anything
+    else is a usage error: one line and exit 2, as argparse's own."""
     path, sep, value = text.partition("=")
     if not sep:
-        raise SystemExit(f"--set {text!r}: expected KNOB=VALUE")
+        print(f"{flag} {text!r}: expected PATH=VALUE", file=sys.stderr)
+        raise SystemExit(2)
     try:
-        return path, json.loads(value)
+        return path.strip(), json.loads(value)
     except json.JSONDecodeError:
-        return path, value
+        return path.strip(), value
 
 
 def main() -> None:
@@ -147,7 +151,7 @@ def main() -> None:
         help="keep CPython's collector thresholds (default: koi.collector's relaxed ones)",
     )
     args = parser.parse_args()
-    knobs = dict(_knob(s) for s in args.set)
+    knobs = dict(knob(s) for s in args.set)
     sc = load_scenario(args.scenario)
     if args.ticks is not None:
         sc = truncated(sc, args.ticks)

@@ -33,3 +33,11 @@ def test_an_unknown_job_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert err.count("\n") == 1
     assert "no job 'nope'" in err
+
+
+def test_a_knob_without_a_value_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        JOB_CANDIDATES.main(["--scenario", "smoke", "--job", "chat-8b", "--knob", "planner.tau"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err == "--knob 'planner.tau': expected PATH=VALUE\n"
