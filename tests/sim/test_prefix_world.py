@@ -65,7 +65,7 @@ def test_scenarios_take_a_prefix_profile() -> None:
     assert share.workload.shared_prefix_tokens == 1500
     with pytest.raises(InvalidInput, match=r"jobs\[0\].*prefix_tokens: must be < the longest"):
         parse_scenario(_scenario("prefix_tokens = 12000"))
-    with pytest.raises(InvalidInput, match=r"jobs\[0\].*prefix_count: must be"):
+    with pytest.raises(InvalidInput, match=r"jobs\[0\]\.prefixes: must be"):
         parse_scenario(_scenario("prefix_tokens = 100\nprefixes = 0"))
 
 

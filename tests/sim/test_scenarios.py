@@ -274,9 +274,56 @@ def test_wrong_types_and_unused_keys_are_refused(text: str, message: str) -> Non
 
 
 @pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            _head("") + _BATCH.replace("requests=5", "requests=0") + "deadline_min=20\n",
+            "x: jobs[0].requests: must be an integer >= 1, got 0",
+        ),
+        (
+            _head("") + online_job_toml() + "prefixes = 0\n",
+            "x: jobs[0].prefixes: must be an integer >= 1, got 0",
+        ),
+        (
+            _head("") + online_job_toml(arrival_min=45),
+            (
+                "x: jobs[0].arrival_min: must be before the end of the run (1800 s = 30 min), "
+                "got 2700 s = 45 min"
+            ),
+        ),
+        (
+            _head("") + "[[events]]\nat_min=30\nkind='driver_update'\ngpu='L4'\nspeed=0.9\n",
+            (
+                "x: events[0].at_min: must be before the end of the run (1800 s = 30 min), "
+                "got 1800 s = 30 min"
+            ),
+        ),
+        (_head("tick_s = 3600"), "x: scenario.tick_s: must be <= the run's duration (1800 s)"),
+        (
+            _head("") + "[[events]]\nat_min=5\nkind='preemption'\npool='nope'\ninstances=1\n",
+            "x: events[0].pool: unknown pool 'nope'",
+        ),
+    ],
+)
+def test_a_scenario_file_s_errors_name_its_keys_and_units(text: str, message: str) -> None:
+    """Found writing a scenario as a new user: the loader named the types' fields
+    (``total_requests``, ``at_s``) in seconds and put the file's arrays under ``scenario.``."""
+    with pytest.raises(InvalidInput) as err:
+        parse_scenario(text, source="x")
+    assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize(
     ("body", "message"),
     [
-        (pool_toml() + online_job_toml(model="GPT-5"), "jobs[0].model: unknown model 'GPT-5'"),
+        (
+            pool_toml() + online_job_toml(model="GPT-5"),
+            "jobs[0].model: unknown model 'GPT-5' (known: Llama-3.1-405B, ",
+        ),
+        (
+            pool_toml() + online_job_toml(model="llama-3.1-8b"),
+            "jobs[0].model: unknown model 'llama-3.1-8b' (did you mean 'Llama-3.1-8B'?)",
+        ),
         (pool_toml(gpu="TPU-v5"), "pools[0].gpu: unknown GPU 'TPU-v5'"),
         (
             pool_toml() + "[[events]]\nat_min=5\nkind='driver_update'\ngpu='NOPE'\n",

@@ -10,6 +10,7 @@ together, so a reader of the format finds all of it here.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import importlib.resources
 import math
@@ -249,8 +250,8 @@ class Scenario:
             # A planner tick takes around a second of wall time; shorter ticks only spin.
             raise InvalidInput(f"tick_s: must be >= {MIN_TICK_S:g} s, got {self.tick_s}")
         if self.tick_s > self.duration_s:
-            msg = f"tick_s: must be <= duration ({self.duration_s}), got {self.tick_s}"
-            raise InvalidInput(msg)
+            dur, tick = self.duration_s, self.tick_s
+            raise InvalidInput(f"tick_s: must be <= the run's duration ({dur:g} s), got {tick:g}")
         if self.duration_s > MAX_DURATION_S:
             days = MAX_DURATION_S / 86400
             raise InvalidInput(f"duration_s: must be at most {days:g} days, got {self.duration_s}")
@@ -260,12 +261,14 @@ class Scenario:
             if e.job is not None and e.job not in job_ids:
                 raise InvalidInput(f"events[{k}].job: unknown job {e.job!r}")
             if e.at_s >= self.duration_s:
-                raise InvalidInput(f"events[{k}].at_s: must be < duration, got {e.at_s}")
+                raise InvalidInput(_after_the_end(f"events[{k}].at_s", e.at_s, self.duration_s))
         for k, j in enumerate(self.jobs):
             # A job arriving after the last tick is allowed: no planner ever sees it, so
             # every planner is scored on it alike (docs/scenarios.md).
             if j.arrival_s >= self.duration_s:
-                raise InvalidInput(f"jobs[{k}].arrival_min: must be before the end of the run")
+                raise InvalidInput(
+                    _after_the_end(f"jobs[{k}].arrival_s", j.arrival_s, self.duration_s)
+                )
 
     @property
     def ticks(self) -> int:
@@ -287,6 +290,26 @@ class Scenario:
         return sum(p.instances * (p.gpus_per_instance or 0) for p in self.pools)
 
 
+def _after_the_end(field: str, at_s: float, duration_s: float) -> str:
+    """The message for a time at or past the end of the run, in the file's minutes too."""
+    return (
+        f"{field}: must be before the end of the run ({duration_s:g} s = "
+        f"{duration_s / 60:g} min), got {at_s:g} s = {at_s / 60:g} min"
+    )
+
+
+def _unknown(kind: str, name: str, known: Iterable[str]) -> str:
+    """``unknown <kind> '<name>'``, with the catalog's closest spelling or its names."""
+    by_fold = {k.casefold(): k for k in known}
+    close = difflib.get_close_matches(name.casefold(), list(by_fold), n=1, cutoff=0.75)
+    hint = (
+        f"did you mean {by_fold[close[0]]!r}?"
+        if close
+        else "known: " + ", ".join(sorted(by_fold.values()))
+    )
+    return f"unknown {kind} {name!r} ({hint})"
+
+
 def check_names(
     scenario: Scenario,
     pools: Iterable[Pool],
@@ -298,13 +321,14 @@ def check_names(
     where = scenario.name
     for k, j in enumerate(scenario.jobs):
         if j.model not in models:
-            raise InvalidInput(f"{where}: jobs[{k}].model: unknown model {j.model!r}")
+            raise InvalidInput(f"{where}: jobs[{k}].model: {_unknown('model', j.model, models)}")
     for k, p in enumerate(pools):
         if p.environment.gpu not in gpus:
-            raise InvalidInput(f"{where}: pools[{k}].gpu: unknown GPU {p.environment.gpu!r}")
+            unknown = _unknown("GPU", p.environment.gpu, gpus)
+            raise InvalidInput(f"{where}: pools[{k}].gpu: {unknown}")
     for k, e in enumerate(scenario.events):
         if e.gpu is not None and e.gpu not in gpus:
-            raise InvalidInput(f"{where}: events[{k}].gpu: unknown GPU {e.gpu!r}")
+            raise InvalidInput(f"{where}: events[{k}].gpu: {_unknown('GPU', e.gpu, gpus)}")
 
 
 def _unique(what: str, ids: list[str]) -> None:
@@ -371,14 +395,34 @@ def _check_keys(table: Mapping[str, Any], allowed: set[str], where: str) -> None
             raise InvalidInput(f"{where}.{key}: unknown key (allowed: {known})")
 
 
-def _build(where: str, fn: Callable[[], Any]) -> Any:
-    """Call ``fn``; prefix any validation error with ``where`` so the key is named."""
+def _build(where: str, fn: Callable[[], Any], keys: Mapping[str, str] | None = None) -> Any:
+    """Call ``fn``; prefix any validation error with ``where`` so the key is named, and name
+    the fields ``keys`` maps as the file spells them."""
     try:
         return fn()
     except InvalidInput as exc:
-        raise InvalidInput(f"{where}.{exc}") from None
+        raise InvalidInput(f"{where}.{_file_keys(str(exc), keys or {})}") from None
     except TypeError as exc:
         raise InvalidInput(f"{where}: {exc}") from None
+
+
+def _file_keys(message: str, keys: Mapping[str, str]) -> str:
+    """``message`` (``path.to[k].field: why``) with each step of its path renamed by ``keys``:
+    a type's field (``total_requests``) named as the file's key (``requests``)."""
+    path, sep, why = message.partition(": ")
+    if not sep:
+        return message
+    steps = []
+    for step in path.split("."):
+        name, bracket, index = step.partition("[")
+        steps.append(keys.get(name, name) + bracket + index)
+    return ".".join(steps) + sep + why
+
+
+# The types' fields that a scenario file spells otherwise (in its time units: the messages
+# state both).
+_WORKLOAD_KEYS = {"total_requests": "requests", "prefix_count": "prefixes"}
+_SCENARIO_FILE_KEYS = {"at_s": "at_min", "arrival_s": "arrival_min"}
 
 
 def _minutes(table: Mapping[str, Any], key: str, where: str, default: float = 0.0) -> float:
@@ -432,6 +476,7 @@ def _job(raw: Any, where: str) -> Job:
             prefix_tokens=t.get("prefix_tokens"),
             prefix_count=t.get("prefixes", 1),
         ),
+        _WORKLOAD_KEYS,
     )
     if online:
         target = _build(
@@ -545,9 +590,8 @@ def parse_scenario(text: str, *, source: str = "<string>") -> Scenario:
     events = tuple(
         _event(e, f"{source}: events[{k}]") for k, e in enumerate(_array(doc, "events", source))
     )
-    return _build(  # type: ignore[no-any-return]
-        f"{source}: scenario",
-        lambda: Scenario(
+    try:
+        return Scenario(
             name=head["name"],
             duration_s=duration,
             tick_s=head.get("tick_s", 300.0),
@@ -557,8 +601,12 @@ def parse_scenario(text: str, *, source: str = "<string>") -> Scenario:
             description=head.get("description", ""),
             seed_salt=head.get("seed_salt", 0),
             world=head.get("world", "measured"),
-        ),
-    )
+        )
+    except (InvalidInput, TypeError) as exc:
+        # A field of [scenario], or a check across the file's arrays (named as they are).
+        text = _file_keys(str(exc), _SCENARIO_FILE_KEYS)
+        inside = "" if text.startswith(("pools", "jobs", "events")) else "scenario."
+        raise InvalidInput(f"{source}: {inside}{text}") from None
 
 
 def _builtin_dir() -> importlib.resources.abc.Traversable:
