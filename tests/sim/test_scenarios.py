@@ -341,6 +341,19 @@ def test_names_outside_the_catalog_are_refused_where_the_file_is_checked(
         build_world(sc, seed=0)
 
 
+@pytest.mark.parametrize(
+    "path",
+    sorted((Path(__file__).parents[2] / "benchmarks" / "scenarios").glob("*.toml")),
+    ids=lambda p: p.stem,
+)
+def test_the_published_scenario_files_still_load(catalog: Catalog, path: Path) -> None:
+    """The new-user scenarios docs/benchmark.md quotes are files a reader runs: a format
+    change that breaks one fails here, not in the reader's hands."""
+    sc = load_scenario(path)
+    assert sc.name == path.stem
+    check_names(sc, resolve_pools(sc, tuple(catalog.instances)), catalog.gpus, catalog.models)
+
+
 def test_invalid_toml_and_unknown_name(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match="not valid TOML"):
         parse_scenario("[scenario\n")
