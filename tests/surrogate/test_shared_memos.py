@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import attrs
-import pytest
 from tests._support.specs import H100_NODE, chat_job, gpus, models
 
 from koi.surrogate import RankCorrection, Surrogate, SurrogateConfig
@@ -78,12 +77,10 @@ def test_predictions_after_others_equal_a_fresh_surrogates() -> None:
     assert attrs.evolve(plain, ranks=()) != attrs.evolve(slow, ranks=())
 
 
-def test_replays_under_moving_corrections_equal_a_fresh_surrogates(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # A correction that moves every tick (feedback-milp's smoothed factors): each replay's
-    # corrected step model scales the uncorrected step times the earlier replays memoized.
-    # The reference probes the corrected step model itself, without that memo.
+def test_replays_under_moving_corrections_equal_a_fresh_surrogates() -> None:
+    # A correction that moves every tick (feedback-milp's smoothed factors): every replay reads
+    # the one step-time cache of the uncorrected model through its correction, so what earlier
+    # replays put in that cache changes no later prediction.
     cfg = SurrogateConfig(replay_min_requests=60, replay_max_requests=120)
     factors = [(1.0, 1.3), (1.0, 1.31), (0.8, 1.31), (1.2, 0.9), (1.0, 1.3)]
     shared = Surrogate(gpus(), models(), cfg)
@@ -95,11 +92,9 @@ def test_replays_under_moving_corrections_equal_a_fresh_surrogates(
                 return RankCorrection(prefill_time=p, decode_time=d)
 
             got = shared.predict(job, _ladder(2), now_s=60.0, corrections=corr)
-            with monkeypatch.context() as m:
-                m.setattr(Surrogate, "_probed", lambda _self, r: r.load.step_model)
-                fresh = Surrogate(gpus(), models(), cfg).predict(
-                    job, _ladder(2), now_s=60.0, corrections=corr
-                )
+            fresh = Surrogate(gpus(), models(), cfg).predict(
+                job, _ladder(2), now_s=60.0, corrections=corr
+            )
             assert got.feasible
             assert got == fresh, (job.workload, prefill, decode)
             seen.add(got.outcomes.p99_tpot_ms)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from koi.surrogate._aic import AicProfiles, aic_available
 from koi.surrogate._config import Collective, Efficiency, EngineProfile, SurrogateConfig
-from koi.surrogate._correct import MemoStepModel, RankCorrection, ScaledStepModel
+from koi.surrogate._correct import MemoStepModel, RankCorrection, ScaledStepCache, ScaledStepModel
 from koi.surrogate._memory import Feasibility, feasibility
 from koi.surrogate._operator import OperatorModel
 from koi.surrogate._point import ServingPrediction, predict_serving
@@ -43,6 +43,7 @@ __all__ = [
     "ProfileSource",
     "RankCorrection",
     "RankPrediction",
+    "ScaledStepCache",
     "ScaledStepModel",
     "ServingPrediction",
     "Substitution",

@@ -7,6 +7,7 @@ from typing import Any
 
 import attrs
 
+from koi.surrogate.replay._cache import CachedStepModel, StepFromMixed, StepTuple
 from koi.surrogate.replay._step import (
     PartsFn,
     StepFromParts,
@@ -18,7 +19,7 @@ from koi.surrogate.replay._step import (
 from koi.types import Mediator, Outcome
 from koi.types.validators import positive
 
-__all__ = ["MemoStepModel", "RankCorrection", "ScaledStepModel"]
+__all__ = ["MemoStepModel", "RankCorrection", "ScaledStepCache", "ScaledStepModel"]
 
 
 def _frozen_map(value: Any) -> tuple[tuple[Any, float], ...]:
@@ -115,11 +116,60 @@ class ScaledStepModel(StepFromParts):
                 dec = self._dec[key] = parts_time(
                     self._parts(0, 0.0, decode_seqs, decode_context_tokens)
                 )
-            t = parts_time(full)
-            f = (self.decode * dec + self.prefill * max(t - dec, 0.0)) / t if t > 0 else 1.0
+            f = mixed_factor(self.prefill, self.decode, parts_time(full), dec)
         if f == 1.0:
             return full
         return (full[0] * f, full[1] * f, full[2] * f, full[3] * f, full[4] * f)
+
+
+class ScaledStepCache(StepFromMixed):
+    """A :class:`ScaledStepModel` answered from its base's step-time cache: the base's cached
+    step, then the correction, as :class:`ScaledStepModel` applies it to a step of the base.
+
+    One cache per uncorrected step model then serves every correction of it: a correction
+    that moves each tick costs a multiplication per step instead of a new cache whose nodes,
+    rows and interpolations all miss.  And it is the corrected step: a cache of the corrected
+    model fits its steps as affine in prefill pairs and decode context, which they are not
+    when the two factors differ (the decode share moves with both; docs/surrogate.md).
+    """
+
+    __slots__ = ("_d", "_p", "base")
+
+    def __init__(self, base: CachedStepModel, *, prefill: float, decode: float) -> None:
+        self.base = base
+        self._p = prefill
+        self._d = decode
+
+    def decode(self, seqs: int, context_tokens: float) -> StepTuple:
+        st = self.base.decode(seqs, context_tokens)
+        return _times(st, self._d)
+
+    def mixed(
+        self, prefill_tokens: int, prefill_pairs: float, seqs: int, context_tokens: float
+    ) -> StepTuple:
+        st = self.base.mixed(prefill_tokens, prefill_pairs, seqs, context_tokens)
+        p, d = self._p, self._d
+        if p == d or prefill_tokens == 0:
+            return _times(st, d)
+        if seqs == 0:
+            return _times(st, p)
+        return _times(st, mixed_factor(p, d, st[0], self.base.decode(seqs, context_tokens)[0]))
+
+
+def mixed_factor(prefill: float, decode: float, step_s: float, decode_s: float) -> float:
+    """What a mixed step of ``step_s`` seconds is scaled by when its decode-only part
+    (``decode_s``, the same decoders without the prefill) is scaled by ``decode`` and what the
+    prefill adds by ``prefill``."""
+    if not step_s > 0:
+        return 1.0
+    return (decode * decode_s + prefill * max(step_s - decode_s, 0.0)) / step_s
+
+
+def _times(st: StepTuple, f: float) -> StepTuple:
+    """Every field of a step times ``f`` (its time too: the max and sums scale with it)."""
+    if f == 1.0:
+        return st
+    return (st[0] * f, st[1] * f, st[2] * f, st[3] * f, st[4] * f, st[5] * f)
 
 
 class MemoStepModel(StepFromParts):

@@ -28,7 +28,7 @@ from koi.surrogate._analytic import (
     served_rate,
 )
 from koi.surrogate._config import SurrogateConfig
-from koi.surrogate._correct import MemoStepModel, RankCorrection, ScaledStepModel
+from koi.surrogate._correct import RankCorrection, ScaledStepCache, ScaledStepModel
 from koi.surrogate._memory import Feasibility, feasibility, iteration_tokens, node_gpu
 from koi.surrogate._prefix import NO_HIT, PrefixHit, cached_load, prefix_hit
 from koi.surrogate._replay_adapter import replay_closed_loop, replay_horizon, replay_open_loop
@@ -57,10 +57,6 @@ __all__ = ["Prediction", "RankPrediction", "Surrogate"]
 #: holds, and how many entries one may hold before it starts over (its values never change).
 _STEP_CACHES = 512
 _STEP_CACHE_ENTRIES = 50_000
-#: Uncorrected step times memoized for the replays of corrected step models: how many step
-#: models one memo generation holds, and how many step times each may hold.
-_BASE_STEP_MEMOS = 128
-_BASE_STEP_ENTRIES = 20_000
 #: The configuration the adapter's replay engines run with (their step caches must match it).
 _ENGINE = ReplayConfig()
 
@@ -237,7 +233,6 @@ class Surrogate:
         self._sats: Memo[Any, Saturation] = Memo(size)
         self._steps: Memo[Any, tuple[StepTimeModel, str | None]] = Memo(size)
         self._step_caches: Memo[Any, CachedStepModel] = Memo(_STEP_CACHES)
-        self._base_steps: Memo[Any, MemoStepModel] = Memo(_BASE_STEP_MEMOS)
         self._feasible: Memo[tuple[Chain, int | None, int | None], Feasibility] = Memo(size)
         self._longest: Memo[tuple[LengthDist, LengthDist], int] = Memo(size)
         self.hits = 0
@@ -253,7 +248,6 @@ class Surrogate:
             self._sats,
             self._steps,
             self._step_caches,
-            self._base_steps,
             self._feasible,
             self._longest,
         ):
@@ -490,7 +484,7 @@ class Surrogate:
                 c.prefill_time,
                 c.decode_time,
             )
-            step_key = (gpu.name, model.name, cf, c.prefill_time, c.decode_time)
+            step_key = (gpu.name, model.name, cf)  # the uncorrected step model
             loads.append(_RankLoad(rank, load, feas, c, key, step_key, sub))
         return loads
 
@@ -512,8 +506,10 @@ class Surrogate:
             hit = self._steps.put(key, self.step_model(gpu, model, config))
         return hit
 
-    def _step_cache(self, r: _RankLoad) -> CachedStepModel | None:
-        """One step-time cache per step model for all its replays.
+    def _step_cache(self, r: _RankLoad) -> CachedStepModel | ScaledStepCache | None:
+        """One step-time cache per uncorrected step model for all its replays, whatever the
+        correction: a corrected rank's replay reads it through the correction
+        (:class:`ScaledStepCache`).
 
         A replay engine otherwise builds a fresh :class:`CachedStepModel` over the rank's step
         model and probes the model again for every node; the cache is a deterministic
@@ -523,31 +519,23 @@ class Surrogate:
         rc = _ENGINE
         if not rc.cache_step_times:
             return None
-        hit = self._step_caches.get(r.step_key)
-        if hit is not None and hit.footprint <= _STEP_CACHE_ENTRIES:
-            return hit
-        return self._step_caches.put(
-            r.step_key,
-            CachedStepModel(
-                self._probed(r),
-                resolution=rc.step_resolution,
-                floor_tokens=rc.step_floor_tokens,
-                affine=rc.step_affine,
-            ),
-        )
-
-    def _probed(self, r: _RankLoad) -> StepTimeModel:
-        """The step model a replay's step-time cache probes: a corrected one scales the
-        uncorrected step times memoized per (GPU, model, config), which every correction of
-        that chain shares (a correction that moves each tick otherwise re-probes them all)."""
         step = r.load.step_model
+        base = step.base if isinstance(step, ScaledStepModel) else step
+        key = r.step_key
+        cache = self._step_caches.get(key)
+        if cache is None or cache.footprint > _STEP_CACHE_ENTRIES:
+            cache = self._step_caches.put(
+                key,
+                CachedStepModel(
+                    base,
+                    resolution=rc.step_resolution,
+                    floor_tokens=rc.step_floor_tokens,
+                    affine=rc.step_affine,
+                ),
+            )
         if not isinstance(step, ScaledStepModel):
-            return step
-        key = r.step_key[:3]
-        memo = self._base_steps.get(key)
-        if memo is None:
-            memo = self._base_steps.put(key, MemoStepModel(step.base, _BASE_STEP_ENTRIES))
-        return ScaledStepModel(memo, prefill=step.prefill, decode=step.decode)
+            return cache
+        return ScaledStepCache(cache, prefill=step.prefill, decode=step.decode)
 
     def _saturation(self, key: Any, load: RankLoad) -> Saturation:
         """``saturation(load)``, memoized by ``key`` (everything ``load`` is made of): every

@@ -23,7 +23,7 @@ from koi.surrogate._analytic import (
 )
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._protocol import LoadProtocol
-from koi.surrogate.replay._cache import CachedStepModel
+from koi.surrogate.replay._cache import StepCache
 from koi.surrogate.replay._step import StepTime
 from koi.types import Arrival, Routing, WorkloadProfile
 
@@ -51,7 +51,7 @@ def replay_available() -> bool:
 
 
 def _specs(
-    mod: Any, load: RankLoad, replicas: int, step_cache: CachedStepModel | None = None
+    mod: Any, load: RankLoad, replicas: int, step_cache: StepCache | None = None
 ) -> list[Any]:
     spec = mod.ReplicaSpec(
         step_model=load.step_model if step_cache is None else step_cache,
@@ -126,7 +126,7 @@ def replay_open_loop(
     arrival: Arrival = Arrival.POISSON,
     gamma_cv: float = 1.0,
     horizon_s: float | None = None,
-    step_cache: CachedStepModel | None = None,
+    step_cache: StepCache | None = None,
     sat: Saturation | None = None,
 ) -> ServingEstimate:
     """Replay ``rate_rps`` over ``replicas`` replicas for a horizon; per-replica estimate.
@@ -169,7 +169,7 @@ def replay_closed_loop(
     cfg: SurrogateConfig,
     *,
     horizon_s: float | None = None,
-    step_cache: CachedStepModel | None = None,
+    step_cache: StepCache | None = None,
     sat: Saturation | None = None,
 ) -> ServingEstimate:
     """Keep ``concurrency`` requests in flight over ``replicas`` replicas; per-replica estimate

@@ -6,7 +6,7 @@ and the simulated fleet (fed true step times, kept alive across planning ticks).
 
 from __future__ import annotations
 
-from koi.surrogate.replay._cache import CachedStepModel, UncachedStepModel
+from koi.surrogate.replay._cache import CachedStepModel, StepCache, UncachedStepModel
 from koi.surrogate.replay._config import ReplayConfig
 from koi.surrogate.replay._engine import ReplayEngine, run_closed_loop
 from koi.surrogate.replay._replica import ReplicaSpec
@@ -25,6 +25,7 @@ __all__ = [
     "ReplayEngine",
     "ReplicaSpec",
     "Request",
+    "StepCache",
     "StepParts",
     "StepTime",
     "StepTimeModel",

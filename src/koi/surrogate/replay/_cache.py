@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+from typing import Protocol, runtime_checkable
 
 from koi.errors import InvalidInput
 from koi.memo import Memo
 from koi.surrogate.replay._step import StepTime, StepTimeModel
 
-__all__ = ["CachedStepModel", "StepTuple", "UncachedStepModel"]
+__all__ = ["CachedStepModel", "StepCache", "StepFromMixed", "StepTuple", "UncachedStepModel"]
 
 # (time_s, compute_s, memory_s, comm_s, bubble_s, overhead_s): tuples are what the engine's hot
 # loop reads; StepTime objects are only built for outside callers.
@@ -54,7 +55,44 @@ def _lerp(a: _Node, b: _Node, w: float, wt: float) -> _Node:
     )
 
 
-class UncachedStepModel:
+@runtime_checkable
+class StepCache(StepTimeModel, Protocol):
+    """What a replica asks for its iterations: a pure decode step and a mixed one, as
+    :data:`StepTuple` (and, as any step model, :meth:`step`).  :class:`CachedStepModel` and
+    :class:`UncachedStepModel` answer it; an engine given one as a replica's step model uses
+    it as is."""
+
+    def decode(self, seqs: int, context_tokens: float) -> StepTuple: ...
+
+    def mixed(
+        self, prefill_tokens: int, prefill_pairs: float, seqs: int, context_tokens: float
+    ) -> StepTuple: ...
+
+
+class StepFromMixed:
+    """Base of a step cache: its :meth:`step` (the :class:`StepTimeModel` protocol) is its
+    mixed step as a :class:`StepTime`."""
+
+    __slots__ = ()
+
+    def mixed(
+        self, prefill_tokens: int, prefill_pairs: float, seqs: int, context_tokens: float
+    ) -> StepTuple:
+        raise NotImplementedError
+
+    def step(
+        self,
+        *,
+        prefill_tokens: int,
+        prefill_pairs: float,
+        decode_seqs: int,
+        decode_context_tokens: int,
+    ) -> StepTime:
+        t = self.mixed(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
+        return StepTime(compute_s=t[1], memory_s=t[2], comm_s=t[3], bubble_s=t[4], overhead_s=t[5])
+
+
+class UncachedStepModel(StepFromMixed):
     """The same interface as :class:`CachedStepModel` without memoisation (stochastic models)."""
 
     __slots__ = ("model",)
@@ -77,7 +115,7 @@ class UncachedStepModel:
         return _check(st)
 
 
-class CachedStepModel:
+class CachedStepModel(StepFromMixed):
     r"""Memoised step times: exact in sequence counts, affine in pairs and context.
 
     With ``affine=True`` (the default) the cache relies on what attention costs physically:
@@ -369,15 +407,3 @@ class CachedStepModel:
         if prefill_tokens == 0:
             return self._bucket_decode(seqs, context_tokens)
         return self._bucket_mixed(prefill_tokens, prefill_pairs, seqs, context_tokens)
-
-    def step(
-        self,
-        *,
-        prefill_tokens: int,
-        prefill_pairs: float,
-        decode_seqs: int,
-        decode_context_tokens: int,
-    ) -> StepTime:
-        """The :class:`StepTimeModel` protocol, answered from the cache."""
-        t = self.mixed(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
-        return StepTime(compute_s=t[1], memory_s=t[2], comm_s=t[3], bubble_s=t[4], overhead_s=t[5])

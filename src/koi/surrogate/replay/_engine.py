@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 
 from koi.errors import InvalidInput
-from koi.surrogate.replay._cache import CachedStepModel, UncachedStepModel
+from koi.surrogate.replay._cache import CachedStepModel, StepCache, UncachedStepModel
 from koi.surrogate.replay._config import ReplayConfig
 from koi.surrogate.replay._replica import ReplicaSpec, _Replica, _Seq
 from koi.surrogate.replay._request import Request
@@ -135,7 +135,7 @@ class ReplayEngine:
         self.config = config or ReplayConfig()
         self.routing = routing
         self._now = float(start_s)
-        self._models: dict[int, CachedStepModel | UncachedStepModel] = {}
+        self._models: dict[int, StepCache] = {}
         self._reps: list[_Replica] = []
         self._held: list[_Seq] = []  # arrived while there was no replica
         self._arr: list[tuple[float, int, Request, bool]] = []
@@ -279,7 +279,7 @@ class ReplayEngine:
         model = self._models.get(key)
         if model is None:
             sm = spec.step_model
-            if isinstance(sm, CachedStepModel):
+            if isinstance(sm, StepCache):  # a cache, shared with other engines
                 model = sm
             elif self.config.cache_step_times:
                 cfg = self.config

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from koi.errors import InvalidInput
-from koi.surrogate.replay._cache import CachedStepModel, StepTuple, UncachedStepModel
+from koi.surrogate.replay._cache import StepCache, StepTuple
 from koi.surrogate.replay._prefix_cache import PrefixCache
 from koi.surrogate.replay._step import StepTimeModel
 from koi.types.validators import non_negative, positive_int
@@ -143,9 +143,6 @@ class _Seq:
         self.sb = 0  # prompt tokens held by its pinned prefix (not in its own KV)
 
 
-Model = CachedStepModel | UncachedStepModel
-
-
 class _Replica:
     """Scheduler state of one replica (see the module docstring).
 
@@ -207,7 +204,7 @@ class _Replica:
     )
 
     def __init__(
-        self, spec: ReplicaSpec, model: Model, now: float, watermark: float, serial: int
+        self, spec: ReplicaSpec, model: StepCache, now: float, watermark: float, serial: int
     ) -> None:
         self.spec = spec
         self.serial = serial  # the engine's name for it in per-request telemetry
