@@ -25,8 +25,19 @@ from tests._support.accuracy import METRICS, predict_row, rows, source_label
 
 from koi.surrogate import SurrogateConfig
 
-ROW_KEY = ("source", "gpu", "model", "engine", "tp", "pp", "quant", "isl", "osl", "concurrency")
-ROW_KEY += METRICS
+ROW_KEY: tuple[str, ...] = (
+    "source",
+    "gpu",
+    "model",
+    "engine",
+    "tp",
+    "pp",
+    "quant",
+    "isl",
+    "osl",
+    "concurrency",
+    *METRICS,
+)
 
 
 def _p90(v: list[float]) -> float:

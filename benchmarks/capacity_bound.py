@@ -96,7 +96,7 @@ def at_start(world: World, load: float) -> dict[str, Any]:
         a[ji, k] = -cap  # capacity >= s_j * demand_j
         a[nj + pi, k] = tp  # GPUs within the pool
     for ji, job in enumerate(jobs):
-        a[ji, nx + ji] = job.workload.rate_rps * job.workload.output_len.mean
+        a[ji, nx + ji] = job.workload.offered_output_tok_s
     b[nj:] = [p.capacity_instances * p.environment.gpus_per_instance for p in pools]
     served = linprog(
         np.concatenate([np.zeros(nx), -np.ones(nj)]),

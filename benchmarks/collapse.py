@@ -21,6 +21,7 @@ import json
 import math
 import statistics
 import sys
+from typing import Any
 
 import attrs
 import numpy as np
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             envs[env.gpu] = env
     with_term = Surrogate(cat.gpus, cat.models)
     without = Surrogate(cat.gpus, cat.models, cfg=SurrogateConfig(collapse_requests=1))
-    rows = []
+    rows: list[dict[str, Any]] = []
     grid = itertools.product(models, prompts, [200, 800], sorted(envs), [1, 2, 4])
     for model, inp, out, gpu, tp in grid:
         job, chain = _job(model, inp, out), Chain(model, envs[gpu], Config(tp=tp, quant=Quant.FP8))
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    def summary(sel: list[dict[str, float]]) -> dict[str, float]:
+    def summary(sel: list[dict[str, Any]]) -> dict[str, float]:
         err = [min(r["closed_form_share"], 1.0) - min(r["replay_share"], 1.0) for r in sel]
         return {
             "rows": len(err),

@@ -58,7 +58,7 @@ def detector(rng: np.random.Generator, shift: float, runs: int) -> float:
 def invariance(rng: np.random.Generator, n: int, shift: float, want: Verdict) -> float:
     hits = 0
     for _ in range(400):
-        data = {e: rng.normal(shift if e == "b" else 0.0, 1.0, n) for e in "abc"}
+        data = {e: list(rng.normal(shift if e == "b" else 0.0, 1.0, n)) for e in "abc"}
         hits += invariance_test(data) is want
     return hits / 400
 
@@ -66,7 +66,9 @@ def invariance(rng: np.random.Generator, n: int, shift: float, want: Verdict) ->
 def coverage(seed: int, eps0: float, *, calibrate: bool) -> float:
     rng = np.random.default_rng(seed)
     cfg = RiskConfig(eps0=eps0)
-    eps, hist, cov = eps0, [], []
+    eps = eps0
+    hist: list[float] = []
+    cov: list[float] = []
     for t in range(3000):
         r = (0.1 + 0.2 * t / 3000) * rng.standard_t(4)
         b = band(100.0, hist[-30:], eps, prior_uncertainty=0.2, cfg=cfg)

@@ -40,7 +40,7 @@ def load() -> list[dict[str, str]]:
 def model(p: np.ndarray, n: np.ndarray, size: np.ndarray, link: np.ndarray) -> np.ndarray:
     lat0, lat1, eta, gamma = p
     bw = link * eta * (2.0 / n) ** gamma
-    return lat0 + lat1 * (n - 1) + 2.0 * (n - 1) / n * size / bw
+    return np.asarray(lat0 + lat1 * (n - 1) + 2.0 * (n - 1) / n * size / bw, dtype=float)
 
 
 def fit(rows: list[dict[str, str]]) -> np.ndarray:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Sequence
 
 import attrs
@@ -27,8 +27,10 @@ from koi.types import ClusterSnapshot, Observation, Plan, Quant
 @attrs.define
 class _Recorder:
     inner: object
-    gpu_s: Counter[str] = attrs.field(factory=Counter)
-    by_job: defaultdict[str, Counter[str]] = attrs.field(factory=lambda: defaultdict(Counter))
+    gpu_s: defaultdict[str, float] = attrs.field(factory=lambda: defaultdict(float))
+    by_job: defaultdict[str, defaultdict[str, float]] = attrs.field(
+        factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
     last: float | None = None
 
     @property
@@ -61,7 +63,7 @@ def main() -> None:
     world = build_world(sc, seed=args.seed) if args.planner in REFERENCE else None
     policy = make_policy(args.planner, catalog=load_catalog(), seed=args.seed, world=world)
     rec = _Recorder(policy)
-    result = run(sc, rec, seed=args.seed)  # type: ignore[arg-type]
+    result = run(sc, rec, seed=args.seed)
     hours = {q: round(s / 3600, 2) for q, s in sorted(rec.gpu_s.items())}
     print(
         json.dumps(

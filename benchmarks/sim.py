@@ -32,6 +32,7 @@ import attrs
 
 from koi.catalog import load_catalog
 from koi.collector import relaxed_collector
+from koi.planner import Planner
 from koi.sim import (
     Policy,
     Scenario,
@@ -47,17 +48,6 @@ def _peak_rss_mib() -> float:
     # ru_maxrss is KiB on Linux (bytes on macOS).
     scale = 1024.0 if sys.platform != "darwin" else 1024.0 * 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
-
-
-def _koi_policy() -> tuple[Policy | None, str]:
-    try:
-        from koi.planner import Planner
-    except ImportError as exc:  # pragma: no cover - depends on the checkout
-        return None, f"koi.planner not importable: {exc}"
-    planner = Planner()
-    if not isinstance(planner, Policy):  # needs .name and .decide(snapshot, observations)
-        return None, "koi.planner.Planner does not implement the koi.sim.Policy protocol"
-    return planner, ""
 
 
 def _reference_cpu_s() -> float:
@@ -153,8 +143,7 @@ def _report(args: argparse.Namespace) -> int:
         "reference_cpu_s_each": [round(r, 3) for r in refs],
     }
     if args.koi:
-        policy, why = _koi_policy()
-        out["koi"] = _measure(scenario, policy, args.seed) if policy else {"skipped": why}
+        out["koi"] = _measure(scenario, Planner(), args.seed)  # a koi.sim.Policy
     if not args.no_fidelity:
         err = surrogate_error(scenario, seed=args.seed)
         out["surrogate_vs_truth"] = {

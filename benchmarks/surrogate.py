@@ -25,6 +25,7 @@ from koi.surrogate import Surrogate, SurrogateConfig
 from koi.types import (
     Chain,
     Config,
+    Environment,
     Job,
     Ladder,
     LengthDist,
@@ -82,7 +83,7 @@ def _jobs(n: int, rng: np.random.Generator) -> list[Job]:
     return out
 
 
-def _chains(job: Job, n: int, rng: np.random.Generator, envs: list) -> list[Chain]:
+def _chains(job: Job, n: int, rng: np.random.Generator, envs: list[Environment]) -> list[Chain]:
     """A proposer-like pool of chains for one job (environment x config)."""
     out = []
     for _ in range(n):

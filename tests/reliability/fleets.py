@@ -159,10 +159,10 @@ def check_plan(planner: Planner, snapshot: ClusterSnapshot, result: TickResult) 
     finished = {j.id for j in snapshot.jobs if not j.is_online and j.remaining_requests == 0}
     held: Counter[str] = Counter()  # a finished job's GPUs stay taken until its stop is applied
     stopping: Counter[str] = Counter()
-    for a in snapshot.active:
-        held.update(a.ladder.gpus_by_pool())
-        if a.job_id in finished:
-            stopping.update(a.ladder.gpus_by_pool())
+    for dep in snapshot.active:
+        held.update(dep.ladder.gpus_by_pool())
+        if dep.job_id in finished:
+            stopping.update(dep.ladder.gpus_by_pool())
     shrunk = {p for p, n in held.items() if n > pools[p].capacity_gpus}
     steady: Counter[str] = Counter()
     peak: Counter[str] = Counter()
