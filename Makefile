@@ -38,6 +38,7 @@ lint: venv
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/mypy benchmarks/*.py
 
 pytest: venv prometheus
 	$(BIN)/python -m pytest -q -m "not integrations"
