@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from koi.surrogate.replay._cache import CachedStepModel, StepFromMixed, StepTuple
+from koi.surrogate.replay import CachedStepModel, StepFromMixed, StepTuple
 from koi.surrogate.replay._step import (
     PartsFn,
     StepFromParts,

@@ -199,7 +199,6 @@ class _RankLoad:
     feas: Feasibility
     corr: RankCorrection
     key: tuple[Any, ...]
-    step_key: tuple[Any, ...]
     substituted: str | None = None
 
 
@@ -484,8 +483,7 @@ class Surrogate:
                 c.prefill_time,
                 c.decode_time,
             )
-            step_key = (gpu.name, model.name, cf)  # the uncorrected step model
-            loads.append(_RankLoad(rank, load, feas, c, key, step_key, sub))
+            loads.append(_RankLoad(rank, load, feas, c, key, sub))
         return loads
 
     def _longest_request(self, input_len: LengthDist, output_len: LengthDist) -> int:
@@ -521,7 +519,7 @@ class Surrogate:
             return None
         step = r.load.step_model
         base = step.base if isinstance(step, ScaledStepModel) else step
-        key = r.step_key
+        key = r.key[:3]  # (GPU, model, config): the uncorrected step model
         cache = self._step_caches.get(key)
         if cache is None or cache.footprint > _STEP_CACHE_ENTRIES:
             cache = self._step_caches.put(

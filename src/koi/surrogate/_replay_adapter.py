@@ -23,7 +23,7 @@ from koi.surrogate._analytic import (
 )
 from koi.surrogate._config import SurrogateConfig
 from koi.surrogate._protocol import LoadProtocol
-from koi.surrogate.replay._cache import StepCache
+from koi.surrogate.replay import StepCache
 from koi.surrogate.replay._step import StepTime
 from koi.types import Arrival, Routing, WorkloadProfile
 

@@ -6,7 +6,13 @@ and the simulated fleet (fed true step times, kept alive across planning ticks).
 
 from __future__ import annotations
 
-from koi.surrogate.replay._cache import CachedStepModel, StepCache, UncachedStepModel
+from koi.surrogate.replay._cache import (
+    CachedStepModel,
+    StepCache,
+    StepFromMixed,
+    StepTuple,
+    UncachedStepModel,
+)
 from koi.surrogate.replay._config import ReplayConfig
 from koi.surrogate.replay._engine import ReplayEngine, run_closed_loop
 from koi.surrogate.replay._replica import ReplicaSpec
@@ -26,9 +32,11 @@ __all__ = [
     "ReplicaSpec",
     "Request",
     "StepCache",
+    "StepFromMixed",
     "StepParts",
     "StepTime",
     "StepTimeModel",
+    "StepTuple",
     "UncachedStepModel",
     "WindowStats",
     "batch_requests",
