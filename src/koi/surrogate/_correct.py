@@ -37,7 +37,7 @@ def raise_invalid(key: object, value: float) -> None:
     raise InvalidInput(f"corrections[{key}]: must be a finite factor > 0, got {value!r}")
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a dict key on the planner's hot path
 class RankCorrection:
     """Multiplicative residual corrections learned per stratum (observed / predicted).
 

@@ -42,7 +42,7 @@ def _kv_dtype(_inst: object, attribute: attrs.Attribute[Any], value: object) -> 
 KV_CACHE_DTYPES = ("auto", "fp8")
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a dict key on the planner's hot path
 class Config:
     """The paper's ``x``: how one model copy is served.
 
@@ -76,7 +76,7 @@ class Config:
         return self.tp * self.pp
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Chain:
     """One model copy running in ``environment`` under ``config`` (paper's ``c = (e, x)``)."""
 
@@ -98,7 +98,7 @@ class Chain:
         return self.gpus * self.environment.price_usd_per_gpu_h
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Rank:
     """``replicas`` identical copies of one chain."""
 
@@ -119,7 +119,7 @@ class Rank:
         return self.replicas * self.chain.price_usd_per_h
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class Ladder:
     """The ranks assigned to one job; the empty ladder means "not running"."""
 

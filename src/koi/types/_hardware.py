@@ -53,7 +53,7 @@ class GpuSpec:
         return self.memory_gib if self.usable_memory_gib is None else self.usable_memory_gib
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a dict key on the planner's hot path
 class Environment:
     """Where a chain runs (paper's ``e``): a cloud instance type in one region and market."""
 

@@ -62,7 +62,7 @@ _WEIGHT = [non_negative, number_in(0.0, MAX_WEIGHT)]
 DEFAULT_PRECISIONS: tuple[Quant, ...] = (Quant.BF16, Quant.FP8)
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # a dict key on the planner's hot path
 class LengthDist:
     """A token-length distribution: log-normal with this mean and coefficient of variation,
     truncated to ``[1, max]``."""
@@ -76,7 +76,7 @@ class LengthDist:
             raise InvalidInput(f"mean: must be <= max ({self.max}), got {self.mean}")
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class WorkloadProfile:
     """The paper's ``W_i``.
 
@@ -123,7 +123,7 @@ class WorkloadProfile:
         return (self.rate_rps or 0.0) * self.output_len.mean
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ServingTarget:
     """The paper's ``S_i``: p99 latency bounds for online jobs, a deadline for batch jobs.
 

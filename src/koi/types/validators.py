@@ -19,6 +19,8 @@ def _fail(attribute: attrs.Attribute[Any], rule: str, value: object) -> InvalidI
 
 
 def _number(attribute: attrs.Attribute[Any], value: object) -> float:
+    if type(value) is float and value == value:  # the common case, on the planner's hot path
+        return value
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _fail(attribute, "a number", value)
     if math.isnan(value):
