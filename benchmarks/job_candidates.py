@@ -9,7 +9,10 @@ koi runs as ``koi bench`` runs it (no wall-clock limits, the same seed); from mi
 given, best value first: ``*`` the chosen one, its kind and key, GPUs, value (``J - γ p -
 λ Switch``), Tchebycheff score ``J``, breach probability, switching cost, sources, predicted
 p99 TTFT / p99 TPOT / throughput and why it was rejected.  The run stops after minute
-``--to``.  ``--json`` prints one JSON object per tick instead.  docs/benchmark.md's trace of a
+``--to``.  ``--corrections`` adds, per rank, the residual corrections the prediction started
+from (:meth:`Planner.corrections_in_force`: prefill and decode step, p99 TTFT and TPOT
+factors), so a candidate predicted far from the prior says where the factor comes from.
+``--json`` prints one JSON object per tick instead.  docs/benchmark.md's trace of a
 hopeless service shrunk for a ladder that carries less was read this way.
 """
 
@@ -18,7 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import attrs
@@ -30,7 +34,8 @@ from koi.config import KoiConfig, with_knobs
 from koi.errors import KoiError
 from koi.planner import CandidateReport, Planner, TickResult
 from koi.sim import load_scenario, run
-from koi.types import ClusterSnapshot, Observation, Plan
+from koi.surrogate import RankCorrection
+from koi.types import Chain, ClusterSnapshot, Observation, Outcome, Plan
 from tick import knob
 
 
@@ -38,9 +43,23 @@ class _Done(Exception):
     """The stretch asked for is printed: end the run."""
 
 
-def _row(c: CandidateReport) -> dict[str, Any]:
+def _factors(c: RankCorrection) -> dict[str, float]:
+    return {
+        "prefill": c.prefill_time,
+        "decode": c.decode_time,
+        "ttft": c.outcome(Outcome.TTFT),
+        "tpot": c.outcome(Outcome.TPOT),
+    }
+
+
+def _row(
+    c: CandidateReport, corrections: Callable[[Chain], RankCorrection] | None
+) -> dict[str, Any]:
     o = c.outcomes
     return {
+        "corrections": None
+        if corrections is None
+        else [_factors(corrections(r.chain)) for r in c.ladder.ranks],
         "chosen": c.chosen,
         "kind": c.kind.value,
         "key": c.key,
@@ -61,9 +80,25 @@ def _num(x: float | None, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
 
 
-def _print(minute: float, job: str, result: TickResult, as_json: bool) -> None:
+def _corrected(factors: list[dict[str, float]] | None) -> str:
+    """Each rank's factors as ``p×1.00 d×3.13 ttft×1.55 tpot×1.00``, ranks joined by ``/``."""
+    if not factors:
+        return ""
+    return " corr=" + "/".join(
+        " ".join(f"{k[0] if k in ('prefill', 'decode') else k}×{v:.2f}" for k, v in f.items())
+        for f in factors
+    )
+
+
+def _print(
+    minute: float,
+    job: str,
+    result: TickResult,
+    as_json: bool,
+    corrections: Callable[[Chain], RankCorrection] | None,
+) -> None:
     risk = next((r for r in result.at_risk if r.job_id == job), None)
-    rows = [_row(c) for c in result.candidates_for(job)]
+    rows = [_row(c, corrections) for c in result.candidates_for(job)]
     if as_json:
         verdict = None if risk is None else {"verdict": risk.verdict.value, "detail": risk.detail}
         print(json.dumps({"minute": minute, "job": job, "at_risk": verdict, "candidates": rows}))
@@ -77,6 +112,7 @@ def _print(minute: float, job: str, result: TickResult, as_json: bool) -> None:
             f"p={r['breach_probability']:.2f} switch={r['switch_usd']:7.1f} "
             f"ttft={_num(r['p99_ttft_ms'], '.0f')} tpot={_num(r['p99_tpot_ms'], '.0f')} "
             f"tput={_num(r['throughput_tok_s'], '.0f')} {','.join(r['sources'])} {r['rejected']}"
+            f"{_corrected(r['corrections'])}"
         )
 
 
@@ -89,6 +125,7 @@ class _Watching:
     start: float
     end: float
     as_json: bool
+    corrections: bool
 
     @property
     def name(self) -> str:
@@ -100,7 +137,14 @@ class _Watching:
             raise _Done
         result = self.planner.tick(snapshot, observations)
         if minute >= self.start:
-            _print(minute, self.job, result, self.as_json)
+            job = next(j for j in snapshot.jobs if j.id == self.job) if self.corrections else None
+            _print(
+                minute,
+                self.job,
+                result,
+                self.as_json,
+                None if job is None else partial(self.planner.corrections_in_force, job),
+            )
         return result.plan
 
 
@@ -113,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--to", dest="end", type=float, default=float("inf"), help="last minute")
     ap.add_argument("--knob", action="append", default=[], help="PATH=VALUE (JSON value)")
     ap.add_argument("--json", action="store_true", help="one JSON object per tick")
+    ap.add_argument("--corrections", action="store_true", help="each rank's corrections in force")
     args = ap.parse_args(argv)
     try:
         scenario = load_scenario(args.scenario)
@@ -120,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             raise KoiError(f"--job: no job {args.job!r} in scenario {scenario.name!r}")
         config = with_knobs(KoiConfig(), dict(knob(k, "--knob") for k in args.knob))
         planner = Planner(config=koi_config("koi", config), catalog=load_catalog(), name="koi")
-        policy = _Watching(planner, args.job, args.start, args.end, args.json)
+        policy = _Watching(planner, args.job, args.start, args.end, args.json, args.corrections)
         with relaxed_collector():  # as koi bench runs it
             run(scenario, policy, seed=args.seed)
     except _Done:

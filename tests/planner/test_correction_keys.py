@@ -8,10 +8,13 @@ the median of unrelated misses, wrong for each (homo-12h, docs/benchmark.md).
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import pytest
 
 from koi.config import KoiConfig
+from koi.errors import InvalidInput
 from koi.planner import Planner
 from koi.planner._corrections import (
     DECODE_TIME,
@@ -212,3 +215,22 @@ def test_an_untried_engine_starts_from_the_same_gpu_types_other_engines() -> Non
     store = planner.state.corrections.record([(skey, DECODE_TIME, 1.0, 1.5, 1.0)], cc)
     planner.state = attrs.evolve(planner.state, corrections=store)
     assert _decode(planner, SLOW, trt) == pytest.approx(1.5, rel=0.03)
+
+
+def test_the_planner_says_which_corrections_a_prediction_starts_from() -> None:
+    # Planner.corrections_in_force is the public reading of the same: the job's own miss on
+    # its chain, a newcomer's borrowed one, the prior before anything was seen, and a clear
+    # error for a chain of another model.
+    planner = _learned()
+    chain = LADDERS[SLOW.id].ranks[0].chain
+    assert planner.corrections_in_force(SLOW, chain).decode_time == pytest.approx(3.0, rel=0.03)
+    untried = attrs.evolve(chain, config=Config(tp=2, quant=Quant.FP8))
+    newcomer = _job("new", SLOW.model)
+    assert planner.corrections_in_force(newcomer, untried) == correction_fn(
+        planner.state, newcomer, gpus=CATALOG.gpus, models=CATALOG.models, cfg=planner.config
+    )(untried)
+    assert unhurried_planner().corrections_in_force(SLOW, chain).is_identity
+    with pytest.raises(InvalidInput, match=re.escape("chain: runs 'Llama-3.1-8B', but job 'fast'")):
+        planner.corrections_in_force(FAST, chain)
+    with pytest.raises(InvalidInput, match="needs a Job and a Chain"):
+        planner.corrections_in_force(SLOW, LADDERS[SLOW.id])  # type: ignore[arg-type]

@@ -44,7 +44,7 @@ from koi.candidates import (
 from koi.catalog import Catalog, load_catalog
 from koi.config import KoiConfig
 from koi.dag import admit_mechanism, default_dag
-from koi.errors import KoiError, StateError
+from koi.errors import InvalidInput, KoiError, StateError
 from koi.planner._admission import admit, struggling
 from koi.planner._books import reference_cost
 from koi.planner._checkpoint import CheckpointLock, load_checkpoint, save_checkpoint
@@ -97,8 +97,8 @@ from koi.plugins import (
 )
 from koi.risk import EpsilonCalibrator, ResidualHistory
 from koi.selector import BudgetBooks
-from koi.surrogate import Surrogate
-from koi.types import ClusterSnapshot, Job, Ladder, Observation, Plan
+from koi.surrogate import RankCorrection, Surrogate
+from koi.types import Chain, ClusterSnapshot, Job, Ladder, Observation, Plan
 
 __all__ = ["Planner"]
 
@@ -291,6 +291,25 @@ class Planner:
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
         """The policy interface of :mod:`koi.sim`: the plan of :meth:`tick`."""
         return self.tick(snapshot, observations).plan
+
+    def corrections_in_force(self, job: Job, chain: Chain) -> RankCorrection:
+        """The residual corrections koi's predictions of ``job`` on ``chain`` start from, as
+        learned so far: the job's own evidence on the chain, else what it borrows from other
+        jobs, chains and GPU types (docs/planner.md, "Corrections in force").  It says why a
+        chain is predicted slower or faster than the prior; the state is not changed."""
+        if not isinstance(job, Job) or not isinstance(chain, Chain):
+            raise InvalidInput(
+                "corrections_in_force: needs a Job and a Chain, got "
+                f"{type(job).__name__} and {type(chain).__name__}"
+            )
+        if chain.model != job.model:
+            raise InvalidInput(
+                f"chain: runs {chain.model!r}, but job {job.id!r} serves {job.model!r}"
+            )
+        full, _ = self._corrections.functions(
+            self.state, job, gpus=self.gpus, models=self.models, cfg=self.config
+        )
+        return full(chain)
 
     # ---- S2 + S3 ----------------------------------------------------------------------------
     def _learn(
