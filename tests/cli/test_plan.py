@@ -7,17 +7,20 @@ import attrs
 import pytest
 
 from koi.cli import main
+from koi.planner import Planner
+from koi.surrogate import RankCorrection
 from koi.types import (
     ActiveDeployment,
     Chain,
     ClusterSnapshot,
     Config,
     Ladder,
+    Observation,
     Rank,
     ServingTarget,
     to_json,
 )
-from tests.planner._world import chat_job, pools
+from tests.planner._world import World, chat_job, pools, unhurried_planner
 
 
 @pytest.fixture
@@ -98,3 +101,31 @@ def test_plan_names_the_jobs_at_risk(tmp_path: Path, capsys: pytest.CaptureFixtu
     text = capsys.readouterr().out
     assert "at risk: hopeless" in text
     assert "AT RISK (hopeless): no ladder in this fleet meets its SLO" in text
+
+
+def test_plan_says_what_the_planner_learned_of_the_chosen_chains(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A world whose decode steps are 3x the prior's, served for a few ticks by a planner that
+    # checkpoints: koi plan on that state reports the decode factor its prediction starts from.
+    state = tmp_path / "state.json"
+    world = World([chat_job()], pools(), truth=lambda _c: RankCorrection(decode_time=3.0))
+    obs: list[Observation] = []
+    with Planner(config=unhurried_planner().config, state_path=state) as planner:
+        for _ in range(4):
+            world.apply(planner.tick(world.snapshot(), obs).plan)
+            obs = world.advance()
+    path = tmp_path / "snapshot.json"
+    path.write_text(to_json(world.snapshot()))
+    assert main(["plan", str(path), "--state", str(state), "--json"]) == 0
+    (job,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert job["corrections"], job
+    for factors in job["corrections"]:
+        assert factors["decode_time"] == pytest.approx(3.0, rel=0.1)
+        assert factors["prefill_time"] == 1.0
+    assert main(["plan", str(path), "--state", str(state)]) == 0
+    assert "learned (rank 1, against the prior): decode_time ×" in capsys.readouterr().out
+    # A planner that has seen nothing says nothing of it.
+    assert main(["plan", str(path), "--json"]) == 0
+    (fresh,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert all(f == 1.0 for rank in fresh["corrections"] for f in rank.values())

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from koi.errors import StateError, read_text
-from koi.types import ClusterSnapshot, Job, Ladder, Quant, from_json, to_data
+from koi.types import ClusterSnapshot, Job, Ladder, Outcome, Quant, from_json, to_data
+
+if TYPE_CHECKING:  # the planner's packages load only when a plan is made (CLI start-up)
+    from koi.surrogate import RankCorrection
 
 __all__ = ["register"]
 
@@ -64,6 +67,16 @@ def _routing(planner: Any, job: Any, ladder: Ladder, now_s: float) -> dict[str, 
     }
 
 
+def _learned(c: RankCorrection) -> dict[str, float]:
+    """The factors against the prior a rank's prediction starts from (1.0: the prior's)."""
+    return {
+        "prefill_time": c.prefill_time,
+        "decode_time": c.decode_time,
+        "p99_ttft_ms": c.outcome(Outcome.TTFT),
+        "p99_tpot_ms": c.outcome(Outcome.TPOT),
+    }
+
+
 def _run(args: argparse.Namespace) -> int:
     from koi.planner import Planner
 
@@ -111,6 +124,10 @@ def _run(args: argparse.Namespace) -> int:
                 "routing": _routing(
                     planner, snapshot.job(action.job_id), action.ladder, snapshot.time_s
                 ),
+                "corrections": [
+                    _learned(planner.corrections_in_force(spec, r.chain))
+                    for r in action.ladder.ranks
+                ],
                 "at_risk": None
                 if action.job_id not in at_risk
                 else {
@@ -154,6 +171,13 @@ def _run(args: argparse.Namespace) -> int:
                 f"{p['throughput_tok_s']:.0f} tok/s, ${p['cost_per_mtok_usd']:.3f}/Mtok, "
                 f"breach p {job['breach_probability']:.2f}"
             )
+        for k, factors in enumerate(job["corrections"]):
+            moved = {n: f for n, f in factors.items() if f != 1.0}
+            if moved:
+                print(
+                    f"  learned (rank {k + 1}, against the prior): "
+                    + ", ".join(f"{n} ×{f:.2f}" for n, f in moved.items())
+                )
         ru = job["runner_up"]
         if ru:
             print(f"  runner-up: {ru['ladder_text']} (lost by {ru['lost_by']:.3f} score)")
