@@ -35,21 +35,12 @@ from koi.errors import KoiError
 from koi.planner import CandidateReport, Planner, TickResult
 from koi.sim import load_scenario, run
 from koi.surrogate import RankCorrection
-from koi.types import Chain, ClusterSnapshot, Observation, Outcome, Plan
+from koi.types import Chain, ClusterSnapshot, Observation, Plan
 from tick import knob
 
 
 class _Done(Exception):
     """The stretch asked for is printed: end the run."""
-
-
-def _factors(c: RankCorrection) -> dict[str, float]:
-    return {
-        "prefill": c.prefill_time,
-        "decode": c.decode_time,
-        "ttft": c.outcome(Outcome.TTFT),
-        "tpot": c.outcome(Outcome.TPOT),
-    }
 
 
 def _row(
@@ -59,7 +50,7 @@ def _row(
     return {
         "corrections": None
         if corrections is None
-        else [_factors(corrections(r.chain)) for r in c.ladder.ranks],
+        else [corrections(r.chain).factors() for r in c.ladder.ranks],
         "chosen": c.chosen,
         "kind": c.kind.value,
         "key": c.key,
@@ -84,9 +75,9 @@ def _corrected(factors: list[dict[str, float]] | None) -> str:
     """Each rank's factors as ``p×1.00 d×3.13 ttft×1.55 tpot×1.00``, ranks joined by ``/``."""
     if not factors:
         return ""
+    short = {"prefill_time": "p", "decode_time": "d", "p99_ttft_ms": "ttft", "p99_tpot_ms": "tpot"}
     return " corr=" + "/".join(
-        " ".join(f"{k[0] if k in ('prefill', 'decode') else k}×{v:.2f}" for k, v in f.items())
-        for f in factors
+        " ".join(f"{short[k]}×{v:.2f}" for k, v in f.items()) for f in factors
     )
 
 

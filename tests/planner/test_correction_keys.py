@@ -223,7 +223,14 @@ def test_the_planner_says_which_corrections_a_prediction_starts_from() -> None:
     # error for a chain of another model.
     planner = _learned()
     chain = LADDERS[SLOW.id].ranks[0].chain
-    assert planner.corrections_in_force(SLOW, chain).decode_time == pytest.approx(3.0, rel=0.03)
+    mine = planner.corrections_in_force(SLOW, chain)
+    assert mine.decode_time == pytest.approx(3.0, rel=0.03)
+    assert mine.factors() == {
+        "prefill_time": mine.prefill_time,
+        "decode_time": mine.decode_time,
+        "p99_ttft_ms": mine.outcome(Outcome.TTFT),
+        "p99_tpot_ms": mine.outcome(Outcome.TPOT),
+    }
     untried = attrs.evolve(chain, config=Config(tp=2, quant=Quant.FP8))
     newcomer = _job("new", SLOW.model)
     assert planner.corrections_in_force(newcomer, untried) == correction_fn(

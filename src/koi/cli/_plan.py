@@ -5,13 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from koi.errors import StateError, read_text
-from koi.types import ClusterSnapshot, Job, Ladder, Outcome, Quant, from_json, to_data
-
-if TYPE_CHECKING:  # the planner's packages load only when a plan is made (CLI start-up)
-    from koi.surrogate import RankCorrection
+from koi.types import ClusterSnapshot, Job, Ladder, Quant, from_json, to_data
 
 __all__ = ["register"]
 
@@ -67,16 +64,6 @@ def _routing(planner: Any, job: Any, ladder: Ladder, now_s: float) -> dict[str, 
     }
 
 
-def _learned(c: RankCorrection) -> dict[str, float]:
-    """The factors against the prior a rank's prediction starts from (1.0: the prior's)."""
-    return {
-        "prefill_time": c.prefill_time,
-        "decode_time": c.decode_time,
-        "p99_ttft_ms": c.outcome(Outcome.TTFT),
-        "p99_tpot_ms": c.outcome(Outcome.TPOT),
-    }
-
-
 def _run(args: argparse.Namespace) -> int:
     from koi.planner import Planner
 
@@ -125,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
                     planner, snapshot.job(action.job_id), action.ladder, snapshot.time_s
                 ),
                 "corrections": [
-                    _learned(planner.corrections_in_force(spec, r.chain))
+                    planner.corrections_in_force(spec, r.chain).factors()
                     for r in action.ladder.ranks
                 ],
                 "at_risk": None

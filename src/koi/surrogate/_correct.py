@@ -65,6 +65,16 @@ class RankCorrection:
     def mediator(self, m: Mediator) -> float:
         return dict(self.mediators).get(m, 1.0)
 
+    def factors(self) -> dict[str, float]:
+        """The step-time and latency factors against the prior, by name (1.0: the prior's):
+        what a report says a prediction started from."""
+        return {
+            "prefill_time": self.prefill_time,
+            "decode_time": self.decode_time,
+            Outcome.TTFT.value: self.outcome(Outcome.TTFT),
+            Outcome.TPOT.value: self.outcome(Outcome.TPOT),
+        }
+
 
 # Decode-only base times a scaled step model keeps.
 _DEC_MEMO = 256
