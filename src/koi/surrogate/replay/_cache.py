@@ -6,7 +6,6 @@ import math
 from typing import Protocol, runtime_checkable
 
 from koi.errors import InvalidInput
-from koi.memo import Memo
 from koi.surrogate.replay._step import StepTime, StepTimeModel
 
 __all__ = ["CachedStepModel", "StepCache", "StepFromMixed", "StepTuple", "UncachedStepModel"]
@@ -145,9 +144,8 @@ class CachedStepModel(StepFromMixed):
     freeze per-call noise.
 
     The nodes interpolated between grid nodes are keyed by exact prefill token counts, so over
-    a long replay they would grow without bound; they are kept in two generations of at most
-    ``interp_limit`` each (the older dropped when the newer fills, a hit in it moved back),
-    and recomputed from the grid when asked again: the same floats.
+    a long replay they would grow without bound; at most ``2 · interp_limit`` are kept (all
+    dropped when that fills) and recomputed from the grid when asked again: the same floats.
     """
 
     __slots__ = (
@@ -155,6 +153,7 @@ class CachedStepModel(StepFromMixed):
         "_decode",
         "_f",
         "_interp",
+        "_interp_cap",
         "_inv",
         "_k",
         "_log",
@@ -191,8 +190,10 @@ class CachedStepModel(StepFromMixed):
         self._inv = 1.0 / self._log
         self._k = math.ceil(1.0 / resolution)
         self._nodes: dict[tuple[int, int], _Node] = {}  # affine: (prefill tokens, seqs)
-        # Nodes interpolated between them (two bounded generations: keyed by exact counts).
-        self._interp: Memo[tuple[int, int], _Node] = Memo(interp_limit)
+        # Nodes interpolated between them, keyed by exact counts: a plain dict (read once per
+        # replayed step), started over past ``2 · interp_limit`` entries.
+        self._interp: dict[tuple[int, int], _Node] = {}
+        self._interp_cap = 2 * interp_limit
         self._rows: dict[tuple[int, int], _Node] = {}  # at grid prefill tokens, any seqs
         self._br: dict[int, tuple[int, int, float]] = {}
         self._decode: dict[tuple[int, int], StepTuple] = {}  # bucketed
@@ -313,9 +314,12 @@ class CachedStepModel(StepFromMixed):
         return _check(st)
 
     def _affine(self, t: int, p: float, n: int, c: float) -> StepTuple:
-        g = self._interp.get((t, n))
+        interp = self._interp
+        g = interp.get((t, n))
         if g is None:
-            g = self._interp.put((t, n), self._between(t, n))
+            if len(interp) >= self._interp_cap:
+                interp.clear()  # a memo, not state: the same floats when recomputed
+            g = interp[(t, n)] = self._between(t, n)
         s0 = g[0] + p * g[5] + c * g[10]
         s1 = g[1] + p * g[6] + c * g[11]
         s2 = g[2] + p * g[7] + c * g[12]
