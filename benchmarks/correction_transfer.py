@@ -1,0 +1,182 @@
+"""How far a learned TPOT correction carries, measured on public measurements; JSON.
+
+    .venv/bin/python benchmarks/correction_transfer.py [--split heldout|fit|all] [--replay]
+
+koi learns a decode step factor where a job runs and lends it where it has not run: to the
+same job at another replica count (another batch per replica), and to other jobs of the model
+(other prompt lengths, other batches).  Whether that carries is a property of the world, so
+it is measured here on tests/surrogate/data/measurements.csv, not on the simulated fleet.
+
+For every row the implied factor is ``F = measured TPOT / predicted TPOT`` (the prior's
+prediction, ``tests/_support/accuracy.py``).  For every ordered pair of rows of one deployment
+(source as ``accuracy.py`` labels it, GPU, model, engine, TP, PP, precision), the factor of
+the first is carried to the second three ways: whole (``F_j ≈ F_i``, what koi does),
+shrunk (``ln F_j ≈ ρ · ln F_i``, ``ρ`` the least-squares fit of the bin) and not at all
+(``F_j ≈ 1``, the prior).  Pairs are binned by how far apart they are in concurrency (the
+batch) and in prompt length, both as ``|Δ ln|``; each bin reports its pairs, ``ρ`` and the
+median ``|ln|`` error of each way.
+
+``context_split`` tests one alternative to a whole factor: the factor split between the decode
+step's context-free part and its part proportional to the context (the KV read), the split
+that reproduces ``F_i`` with the least change from the prior at the first row's context share
+``w_i``; reported over pairs whose shares differ by more than 0.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+
+from tests._support.accuracy import predict_row, rows, source_label
+from tests._support.specs import gpus, measured_models
+
+from koi.surrogate import SurrogateConfig, select_step_model
+from koi.types import Config
+
+#: |Δ ln| bins of concurrency and of prompt length.
+BINS = ((0.0, 1.0), (1.0, 2.0), (2.0, math.inf))
+
+
+class Point:
+    """One measured row: its implied factor, context share, prompt length and concurrency."""
+
+    __slots__ = ("conc", "factor", "isl", "share")
+
+    def __init__(self, factor: float, share: float, isl: int, conc: int) -> None:
+        self.factor, self.share, self.isl, self.conc = factor, share, isl, conc
+
+
+def context_share(row: dict[str, str], cfg: SurrogateConfig) -> float:
+    """The share of the prior's decode step at the row's concurrency and mean context that is
+    proportional to the context tokens."""
+    conc = int(row["concurrency"])
+    config = Config(
+        engine=row["engine"],
+        tp=int(row["tp"]),
+        pp=int(row["pp"] or 1),
+        quant=row["quant"],
+        max_batch_size=max(256, conc),
+    )
+    step, _ = select_step_model(
+        gpus()[row["gpu"]], measured_models()[row["model"]], config,
+        profiles=None, candidates=(), cfg=cfg,
+    )  # fmt: skip
+    ctx = int(conc * (int(row["isl"]) + int(row["osl"]) / 2))
+    full = step.step(
+        prefill_tokens=0, prefill_pairs=0.0, decode_seqs=conc, decode_context_tokens=ctx
+    ).time_s
+    free = step.step(
+        prefill_tokens=0, prefill_pairs=0.0, decode_seqs=conc, decode_context_tokens=0
+    ).time_s
+    return min(max((full - free) / full, 0.0), 1.0) if full > 0 else 0.0
+
+
+def points(split: str, *, replay: bool) -> dict[tuple[str, ...], list[Point]]:
+    """The measured rows with a TPOT, grouped by deployment."""
+    cfg = SurrogateConfig()
+    out: dict[tuple[str, ...], list[Point]] = defaultdict(list)
+    for r in rows(None if split == "all" else split):
+        if not r["tpot_ms"]:
+            continue
+        p = predict_row(r, cfg, replay=replay)
+        if p is None or not p["tpot_ms"] > 0:
+            continue
+        key = (source_label(r), *(r[k] for k in ("gpu", "model", "engine", "tp", "pp", "quant")))
+        factor = float(r["tpot_ms"]) / p["tpot_ms"]
+        out[key].append(Point(factor, context_share(r, cfg), int(r["isl"]), int(r["concurrency"])))
+    return out
+
+
+def split_factor(f: float, share: float, at: float) -> float:
+    """``f`` learned at context share ``share``, split between the context-free and the
+    context part with the least change from 1 that reproduces it, evaluated at share ``at``."""
+    d, norm = f - 1.0, (1.0 - share) ** 2 + share**2
+    free, ctx = 1.0 + d * (1.0 - share) / norm, 1.0 + d * share / norm
+    return max((1.0 - at) * free + at * ctx, 1e-3)
+
+
+def _median(v: list[float]) -> float:
+    return round(statistics.median(v), 3) if v else math.nan
+
+
+def transfer(groups: dict[tuple[str, ...], list[Point]]) -> list[dict[str, Any]]:
+    """Per (concurrency, prompt length) distance bin: pairs, ρ and the three ways' errors."""
+    out = []
+    for (clo, chi), (ilo, ihi) in itertools.product(BINS, BINS):
+        src: list[float] = []
+        dst: list[float] = []
+        for pts in groups.values():
+            for a, b in itertools.permutations(pts, 2):
+                dc, di = abs(math.log(a.conc / b.conc)), abs(math.log(a.isl / b.isl))
+                if clo <= dc < chi and ilo <= di < ihi:
+                    src.append(math.log(a.factor))
+                    dst.append(math.log(b.factor))
+        if len(src) < 20:
+            continue
+        denom = sum(x * x for x in src)
+        rho = sum(x * y for x, y in zip(src, dst, strict=True)) / denom if denom else 0.0
+        pairs = list(zip(src, dst, strict=True))
+        out.append(
+            {
+                "concurrency_dln": [clo, chi],
+                "prompt_dln": [ilo, ihi],
+                "pairs": len(src),
+                "rho": round(rho, 2),
+                "error_whole": _median([abs(y - x) for x, y in pairs]),
+                "error_shrunk": _median([abs(y - rho * x) for x, y in pairs]),
+                "error_prior": _median([abs(y) for _, y in pairs]),
+            }
+        )
+    return out
+
+
+def context_split(groups: dict[tuple[str, ...], list[Point]]) -> dict[str, Any]:
+    """Whole factor against the context split, over pairs whose shares differ by > 0.2."""
+    whole: list[float] = []
+    split: list[float] = []
+    for pts in groups.values():
+        for a, b in itertools.permutations(pts, 2):
+            if abs(a.share - b.share) > 0.2:
+                whole.append(abs(math.log(a.factor / b.factor)))
+                split.append(abs(math.log(split_factor(a.factor, a.share, b.share) / b.factor)))
+    better = sum(1 for w, s in zip(whole, split, strict=True) if s < w)
+    return {
+        "pairs": len(whole),
+        "error_whole": _median(whole),
+        "error_split": _median(split),
+        "split_better_share": round(better / len(whole), 3) if whole else math.nan,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", default="heldout", choices=["fit", "heldout", "all"])
+    ap.add_argument("--replay", action="store_true", help="predict with the replay")
+    args = ap.parse_args()
+    groups = points(args.split, replay=args.replay)
+    print(
+        json.dumps(
+            {
+                "split": args.split,
+                "prediction": "replay" if args.replay else "screen",
+                "rows": sum(len(p) for p in groups.values()),
+                "deployments": len(groups),
+                "transfer": transfer(groups),
+                "context_split": context_split(groups),
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
