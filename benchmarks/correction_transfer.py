@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/correction_transfer.py [--split heldout|fit|all] [--replay]
 
-koi learns a decode step factor where a job runs and lends it where it has not run: to the
-same job at another replica count (another batch per replica), and to other jobs of the model
-(other prompt lengths, other batches).  Whether that carries is a property of the world, so
+koi learns a decode step factor where a job runs and uses it where it has not run: for the
+same job at another replica count (another batch per replica), and lent to other jobs of the
+model (other prompt lengths, other batches).  Whether that carries is a property of the world, so
 it is measured here on tests/surrogate/data/measurements.csv, not on the simulated fleet.
 
 For every row the implied factor is ``F = measured TPOT / predicted TPOT`` (the prior's
@@ -15,6 +15,12 @@ shrunk (``ln F_j ≈ ρ · ln F_i``, ``ρ`` the least-squares fit of the bin) an
 (``F_j ≈ 1``, the prior).  Pairs are binned by how far apart they are in concurrency (the
 batch) and in prompt length, both as ``|Δ ln|``; each bin reports its pairs, ``ρ`` and the
 median ``|ln|`` error of each way.
+
+``reach`` scores a factor that fades with the distance in batch instead: per reach ``r``,
+``F^exp(-(Δ/r)²/2)`` at a batch ``Δ`` smaller in ln (whole at a larger one), the median error
+of carrying each factor to the rows at other concurrencies, toward larger and smaller ones
+apart, and of fading it both ways.  koi carries its decode factor whole (docs/benchmark.md,
+"A decode correction that fades with the batch" says why).
 
 ``context_split`` tests one alternative to a whole factor: the factor split between the decode
 step's context-free part and its part proportional to the context (the KV read), the split
@@ -139,6 +145,52 @@ def transfer(groups: dict[tuple[str, ...], list[Point]]) -> list[dict[str, Any]]
     return out
 
 
+#: The reaches :func:`reach` scores (``inf``: carried whole, as koi does).
+REACHES = (0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, math.inf)
+
+
+def faded(factor: float, batch: float, reach: float, seqs: float, *, both: bool) -> float:
+    """A factor learned at ``batch`` sequences, carried to ``seqs``: ``factor^k`` with
+    ``k = exp(-(ln(seqs / batch) / reach)² / 2)`` -- toward a smaller batch only (whole at
+    a larger one) unless ``both``."""
+    if seqs >= batch and not both:
+        return factor
+    x = math.log(seqs / batch) / reach
+    return float(factor ** math.exp(-0.5 * x * x))
+
+
+def reach(groups: dict[tuple[str, ...], list[Point]]) -> list[dict[str, Any]]:
+    """Per reach ``r``, each factor faded toward smaller batches (:func:`faded`) and, as
+    ``two_sided``, both ways: the median ``|ln|`` error over the pairs at different
+    concurrencies, and apart over those carried to a larger and to a smaller one."""
+    out = []
+    for r in REACHES:
+        every: list[float] = []
+        up: list[float] = []
+        down: list[float] = []
+        both: list[float] = []
+        for pts in groups.values():
+            for a, b in itertools.permutations(pts, 2):
+                if a.conc == b.conc:
+                    continue
+                target = math.log(b.factor)
+                error = abs(target - math.log(faded(a.factor, a.conc, r, b.conc, both=False)))
+                every.append(error)
+                (up if b.conc > a.conc else down).append(error)
+                two = faded(a.factor, a.conc, r, b.conc, both=True)
+                both.append(abs(target - math.log(two)))
+        out.append(
+            {
+                "reach": r if math.isfinite(r) else "whole",
+                "error": _median(every),
+                "error_to_larger": _median(up),
+                "error_to_smaller": _median(down),
+                "error_two_sided": _median(both),
+            }
+        )
+    return out
+
+
 def context_split(groups: dict[tuple[str, ...], list[Point]]) -> dict[str, Any]:
     """Whole factor against the context split, over pairs whose shares differ by > 0.2."""
     whole: list[float] = []
@@ -171,6 +223,7 @@ def main() -> None:
                 "rows": sum(len(p) for p in groups.values()),
                 "deployments": len(groups),
                 "transfer": transfer(groups),
+                "reach": reach(groups),
                 "context_split": context_split(groups),
             },
             indent=1,

@@ -46,3 +46,20 @@ def test_bins_pairs_by_distance_and_fits_how_much_carries() -> None:
 
 def test_a_bin_with_too_few_pairs_is_left_out() -> None:
     assert TRANSFER.transfer(_group({(1, 100): 2.0, (4, 100): 1.5})) == []
+
+
+def test_reach_scores_a_factor_that_fades_with_the_batch() -> None:
+    # The prior's at small batches, twice it at large ones: fading a factor carried to a
+    # smaller batch carries it better than whole; carried to a larger one it stays whole.
+    assert TRANSFER.faded(2.0, 4.0, 1.0, 16.0, both=False) == 2.0
+    down = TRANSFER.faded(2.0, 16.0, 1.0, 4.0, both=False)
+    assert TRANSFER.faded(2.0, 4.0, 1.0, 16.0, both=True) == pytest.approx(down)
+    assert 1.0 < down < 2.0
+    points = {(1, 512): 1.0, (2, 512): 1.0, (32, 512): 2.0, (64, 512): 2.0}
+    scores = {r["reach"]: r for r in TRANSFER.reach(_group(points))}
+    assert set(scores) == {*(r for r in TRANSFER.REACHES if math.isfinite(r)), "whole"}
+    whole, faded = scores["whole"], scores[1.0]
+    assert whole["error_to_smaller"] == pytest.approx(round(math.log(2.0), 3))
+    assert faded["error_to_smaller"] < 0.25 * whole["error_to_smaller"]
+    assert faded["error_to_larger"] == whole["error_to_larger"]
+    assert faded["error"] <= whole["error"] == whole["error_two_sided"]
