@@ -27,13 +27,16 @@ from koi.surrogate import RankCorrection, Surrogate
 from koi.types import (
     ActionKind,
     ActiveDeployment,
+    Chain,
     ClusterSnapshot,
+    Config,
     Job,
     Ladder,
     LengthDist,
     Observation,
     Outcome,
     Pool,
+    Rank,
     ServingTarget,
     WorkloadProfile,
 )
@@ -335,3 +338,83 @@ def test_a_rank_short_of_its_replicas_still_gives_a_capacity_sample() -> None:
     assert not result.fallback, result.errors
     key, cc = _stratum(planner, ladder), planner.config.corrections
     assert planner.state.corrections.factor(key, DECODE_TIME, cc) == pytest.approx(2.5, rel=0.05)
+
+
+def _batch_window(*, queued: float) -> tuple[Planner, Ladder, Job]:
+    """A prefill-bound batch job (6K-token prompts, 40 output tokens) placed, then a window in
+    which it served 40 % of the prior's capacity at the TPOT the prior predicts, with a 60 s
+    p99 TTFT (its queued work waiting) and ``queued`` requests waiting per replica."""
+    workload = WorkloadProfile(
+        LengthDist(6000, 0.3, 24000), LengthDist(40, 0.3, 160), total_requests=200_000
+    )
+    job = Job("digest", MODEL, "batch", workload, ServingTarget.batch(deadline_s=36_000.0))
+    planner = unhurried_planner()
+    placed = planner.tick(ClusterSnapshot(0.0, [job], POOLS, []))
+    ladder = placed.plan.action(job.id).ladder
+    assert not ladder.is_empty
+    pred = Surrogate(CATALOG.gpus, CATALOG.models).screen(job, ladder, now_s=300.0)
+    obs = []
+    for rp in pred.ranks:
+        served = 0.4 * rp.capacity_tok_s
+        done = int(served * 300.0 / workload.output_len.mean)
+        outcomes = attrs.evolve(rp.outcomes, p99_ttft_ms=60_000.0, throughput_tok_s=served)
+        mediators = attrs.evolve(rp.mediators, queue_depth=queued)
+        obs.append(
+            Observation(
+                job.id,
+                rp.rank.chain,
+                300.0,
+                600.0,
+                0,  # batch work is queued, not arriving
+                done,
+                rp.rank.replicas,
+                outcomes,
+                mediators,
+            )
+        )
+    running = ClusterSnapshot(600.0, [job], POOLS, [ActiveDeployment(job.id, ladder, 0.0)])
+    planner.tick(running, obs, launch=False)
+    return planner, ladder, job
+
+
+def test_a_batch_window_with_work_queued_corrects_the_capacity_not_the_latency() -> None:
+    # Batch work is kept queued, so its rank runs flat out: a window with requests waiting is
+    # saturated.  Its throughput corrects the step that explains it (here the prefill step:
+    # the TPOT is as predicted) and its TTFT, the queued work's wait, teaches nothing.  With
+    # nothing queued (the job's last requests) the window is steady and teaches no capacity.
+    (window,) = _observations(
+        Ladder((Rank(Chain(MODEL, ENV, Config()), 1),)),
+        start_s=0.0,
+        served=1.0,
+        completed=1.0,
+        ttft_ms=1.0,
+    )
+    queued = attrs.evolve(window, mediators=attrs.evolve(window.mediators, queue_depth=3.0))
+    assert window_regime(queued, 0.15, batch=True) is Regime.SATURATED
+    assert window_regime(queued, 0.15) is not Regime.SATURATED
+    empty = attrs.evolve(window, mediators=attrs.evolve(window.mediators, queue_depth=0.0))
+    assert window_regime(empty, 0.15, batch=True) is Regime.STEADY
+    assert not compared_on(Regime.SATURATED, Outcome.TTFT.value)
+
+    planner, ladder, job = _batch_window(queued=3.0)
+    chain = ladder.ranks[0].chain
+    skey = stratum_for(chain, CATALOG.models[MODEL], planner.config).key
+    key, cc = correction_key(chain, skey), planner.config.corrections
+    store = planner.state.corrections
+    assert store.factor(key, Outcome.TTFT.value, cc) is None
+    decode, prefill = store.factor(key, DECODE_TIME, cc), store.factor(key, PREFILL_TIME, cc)
+    assert decode == pytest.approx(1.0, abs=0.05)
+    assert prefill is not None
+    surrogate = Surrogate(CATALOG.gpus, CATALOG.models)
+    prior = surrogate.capacity(job, chain)
+    learned = surrogate.capacity(
+        job, chain, corrections=lambda _c: RankCorrection(prefill_time=prefill, decode_time=decode)
+    )
+    assert prior is not None
+    assert learned is not None
+    assert learned / prior == pytest.approx(0.4, rel=0.15)
+
+    planner, ladder, job = _batch_window(queued=0.0)
+    store = planner.state.corrections
+    assert store.factor(key, PREFILL_TIME, cc) is None
+    assert store.factor(key, Outcome.TTFT.value, cc) is not None

@@ -31,7 +31,7 @@ import attrs
 
 from koi.config import CorrectionConfig, KoiConfig
 from koi.dag import RankContext
-from koi.planner._regime import Regime, capacity_sample, compared_on
+from koi.planner._regime import FLAT_OUT, Regime, capacity_sample, compared_on
 from koi.planner._strata import GLOBAL, stratum_for
 from koi.surrogate import RankCorrection, RankPrediction
 from koi.types import Chain, GpuSpec, Job, Mediator, ModelSpec, Observation, Outcome, Rank
@@ -519,7 +519,7 @@ def correction_samples(
     ``max_factor`` are passed to)."""
     if regime is not Regime.STEADY:
         sample = capacity_sample(o, rp, settled=settled)
-        if regime is not Regime.OVERLOADED or sample is None:
+        if regime not in FLAT_OUT or sample is None:
             return []
         return capacity_samples(
             skey,

@@ -12,7 +12,9 @@ tolerance) on throughput and cost only, and takes its capacity as a sample of th
 correction of the phase its p99 TPOT shows slow (``_corrections.capacity_samples``); a
 window that carried a backlog (its queue held more than the tolerance of the window's
 arrivals) or drained one (completions above arrivals by more than the tolerance)
-likewise, without the capacity sample (its backlog may have emptied part-way).  Latencies,
+likewise, without the capacity sample (its backlog may have emptied part-way).  A batch job's
+window with work queued ran flat out by design and is read as an overloaded one (saturated).
+Latencies,
 mediators, the risk band's residuals, band coverage and the detectors then learn only from
 windows in steady state.
 
@@ -34,7 +36,7 @@ import math
 from koi.surrogate import RankPrediction
 from koi.types import Mediator, Observation, Outcome
 
-__all__ = ["Regime", "capacity_sample", "compared_on", "window_regime"]
+__all__ = ["FLAT_OUT", "Regime", "capacity_sample", "compared_on", "window_regime"]
 
 
 class Regime(enum.StrEnum):
@@ -43,22 +45,33 @@ class Regime(enum.StrEnum):
     STEADY = "steady"
     OVERLOADED = "overloaded"  # a backlog grew: completions short of arrivals
     BACKLOGGED = "backlogged"  # a backlog was carried or drained
+    SATURATED = "saturated"  # batch work kept queued: the rank ran flat out by design
+
+
+#: The regimes in which a rank served flat out: its throughput is its capacity.
+FLAT_OUT = frozenset({Regime.OVERLOADED, Regime.SATURATED})
 
 
 #: What a window out of steady state still measures: how much was served, at what cost.
 _UNSTEADY = frozenset({Outcome.THROUGHPUT.value, Outcome.COST.value})
 
 
-def window_regime(o: Observation, tolerance: float) -> Regime:
+def window_regime(o: Observation, tolerance: float, *, batch: bool = False) -> Regime:
     """The regime of ``o``'s window: completions against arrivals, and the requests waiting
     (queue depth per replica × replicas) against arrivals, within ``tolerance``.
 
-    A window without arrivals (batch work) has nothing to compare and counts as steady."""
+    A ``batch`` job's window whose queue held requests ran flat out by design (its host keeps
+    work queued for it): saturated -- its throughput is its capacity, and its latencies
+    measure how long the queued work waited, not the steps (read as steady, they would teach
+    TTFT factors that the chain's online jobs borrow).  A window without arrivals or, for a
+    batch job, with nothing queued (its last requests) counts as steady."""
+    queue = o.measured(Mediator.QUEUE_DEPTH)
+    if batch and queue is not None and queue > 0.0:
+        return Regime.SATURATED
     if o.requests <= 0:
         return Regime.STEADY
     if o.completed < (1.0 - tolerance) * o.requests:
         return Regime.OVERLOADED
-    queue = o.measured(Mediator.QUEUE_DEPTH)
     waiting = 0.0 if queue is None else queue * max(o.replicas_up, 1)
     if o.completed > (1.0 + tolerance) * o.requests or waiting > tolerance * o.requests:
         return Regime.BACKLOGGED
@@ -73,7 +86,8 @@ def compared_on(regime: Regime, variable: str) -> bool:
 def capacity_sample(
     o: Observation, rp: RankPrediction, *, settled: bool
 ) -> tuple[float, float] | None:
-    """``(predicted capacity, observed throughput)`` of an overloaded window, or ``None``.
+    """``(predicted capacity, observed throughput)`` of a window that served flat out
+    (overloaded, or saturated batch work), or ``None``.
 
     The rank served flat out, so its throughput is its capacity, and a slower step is what
     lowers a capacity: the caller turns the pair into step samples (see the module
