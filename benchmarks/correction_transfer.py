@@ -42,11 +42,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
-from tests._support.accuracy import predict_row, rows, source_label
+from tests._support.accuracy import predict_row, row_config, rows, source_label
 from tests._support.specs import gpus, measured_models
 
 from koi.surrogate import SurrogateConfig, select_step_model
-from koi.types import Config
 
 #: |Δ ln| bins of concurrency and of prompt length.
 BINS = ((0.0, 1.0), (1.0, 2.0), (2.0, math.inf))
@@ -65,15 +64,8 @@ def context_share(row: dict[str, str], cfg: SurrogateConfig) -> float:
     """The share of the prior's decode step at the row's concurrency and mean context that is
     proportional to the context tokens."""
     conc = int(row["concurrency"])
-    config = Config(
-        engine=row["engine"],
-        tp=int(row["tp"]),
-        pp=int(row["pp"] or 1),
-        quant=row["quant"],
-        max_batch_size=max(256, conc),
-    )
     step, _ = select_step_model(
-        gpus()[row["gpu"]], measured_models()[row["model"]], config,
+        gpus()[row["gpu"]], measured_models()[row["model"]], row_config(row),
         profiles=None, candidates=(), cfg=cfg,
     )  # fmt: skip
     ctx = int(conc * (int(row["isl"]) + int(row["osl"]) / 2))

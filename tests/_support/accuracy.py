@@ -72,17 +72,21 @@ def protocol_of(row: dict[str, str]) -> LoadProtocol:
     )
 
 
-def predict_row(
-    row: dict[str, str], cfg: SurrogateConfig, *, replay: bool = True
-) -> dict[str, float] | None:
-    conc = int(row["concurrency"])
-    config = Config(
+def row_config(row: dict[str, str]) -> Config:
+    """The deployment a row measured (a batch cap the row's concurrency fits under)."""
+    return Config(
         engine=row["engine"],
         tp=int(row["tp"]),
         pp=int(row["pp"] or 1),
         quant=row["quant"],
-        max_batch_size=max(256, conc),
+        max_batch_size=max(256, int(row["concurrency"])),
     )
+
+
+def predict_row(
+    row: dict[str, str], cfg: SurrogateConfig, *, replay: bool = True
+) -> dict[str, float] | None:
+    config = row_config(row)
     p = predict_serving(
         gpus()[row["gpu"]],
         measured_models()[row["model"]],

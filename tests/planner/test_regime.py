@@ -250,13 +250,18 @@ def test_a_capacity_miss_at_the_predicted_tpot_corrects_the_prefill_step() -> No
     assert not result.fallback, result.errors
     chain = ladder.ranks[0].chain
     skey = stratum_for(chain, CATALOG.models[MODEL], planner.config).key
-    key, cc = correction_key(chain, skey), planner.config.corrections
-    store = planner.state.corrections
+    assert _prefill_explains(planner, correction_key(chain, skey), job, chain) > 1.5
+
+
+def _prefill_explains(planner: Planner, key: str, job: Job, chain: Chain) -> float:
+    """The prefill factor learned under ``key``, having checked that the decode step stayed as
+    predicted and that the corrected capacity is the 40 % of the prior's that was served."""
+    cc, store = planner.config.corrections, planner.state.corrections
     decode = store.factor(key, DECODE_TIME, cc)
     prefill = store.factor(key, PREFILL_TIME, cc)
+    assert decode is not None
     assert decode == pytest.approx(1.0, abs=0.05)
     assert prefill is not None
-    assert prefill > 1.5
     surrogate = Surrogate(CATALOG.gpus, CATALOG.models)
     prior = surrogate.capacity(job, chain)
     learned = surrogate.capacity(
@@ -265,6 +270,7 @@ def test_a_capacity_miss_at_the_predicted_tpot_corrects_the_prefill_step() -> No
     assert prior is not None
     assert learned is not None
     assert learned / prior == pytest.approx(0.4, rel=0.15)  # the capacity it served
+    return prefill
 
 
 def test_a_prefill_step_is_bounded_by_the_overload_step_too() -> None:
@@ -402,17 +408,7 @@ def test_a_batch_window_with_work_queued_corrects_the_capacity_not_the_latency()
     key, cc = correction_key(chain, skey), planner.config.corrections
     store = planner.state.corrections
     assert store.factor(key, Outcome.TTFT.value, cc) is None
-    decode, prefill = store.factor(key, DECODE_TIME, cc), store.factor(key, PREFILL_TIME, cc)
-    assert decode == pytest.approx(1.0, abs=0.05)
-    assert prefill is not None
-    surrogate = Surrogate(CATALOG.gpus, CATALOG.models)
-    prior = surrogate.capacity(job, chain)
-    learned = surrogate.capacity(
-        job, chain, corrections=lambda _c: RankCorrection(prefill_time=prefill, decode_time=decode)
-    )
-    assert prior is not None
-    assert learned is not None
-    assert learned / prior == pytest.approx(0.4, rel=0.15)
+    _prefill_explains(planner, key, job, chain)
 
     planner, ladder, job = _batch_window(queued=0.0)
     store = planner.state.corrections
