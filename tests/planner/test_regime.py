@@ -346,15 +346,18 @@ def test_a_rank_short_of_its_replicas_still_gives_a_capacity_sample() -> None:
     assert planner.state.corrections.factor(key, DECODE_TIME, cc) == pytest.approx(2.5, rel=0.05)
 
 
-def _batch_window(*, queued: float) -> tuple[Planner, Ladder, Job]:
+def _batch_window(*, queued: float, learn: bool = True) -> tuple[Planner, Ladder, Job]:
     """A prefill-bound batch job (6K-token prompts, 40 output tokens) placed, then a window in
     which it served 40 % of the prior's capacity at the TPOT the prior predicts, with a 60 s
-    p99 TTFT (its queued work waiting) and ``queued`` requests waiting per replica."""
+    p99 TTFT (its queued work waiting) and ``queued`` requests waiting per replica;
+    ``learn``: with ``corrections.batch_windows``."""
     workload = WorkloadProfile(
         LengthDist(6000, 0.3, 24000), LengthDist(40, 0.3, 160), total_requests=200_000
     )
     job = Job("digest", MODEL, "batch", workload, ServingTarget.batch(deadline_s=36_000.0))
-    planner = unhurried_planner()
+    cfg = KoiConfig()
+    cfg = attrs.evolve(cfg, corrections=attrs.evolve(cfg.corrections, batch_windows=learn))
+    planner = unhurried_planner(cfg)
     placed = planner.tick(ClusterSnapshot(0.0, [job], POOLS, []))
     ladder = placed.plan.action(job.id).ladder
     assert not ladder.is_empty
@@ -384,10 +387,11 @@ def _batch_window(*, queued: float) -> tuple[Planner, Ladder, Job]:
 
 
 def test_a_batch_window_with_work_queued_corrects_the_capacity_not_the_latency() -> None:
-    # Batch work is kept queued, so its rank runs flat out: a window with requests waiting is
-    # saturated.  Its throughput corrects the step that explains it (here the prefill step:
-    # the TPOT is as predicted) and its TTFT, the queued work's wait, teaches nothing.  With
-    # nothing queued (the job's last requests) the window is steady and teaches no capacity.
+    # With corrections.batch_windows: batch work is kept queued, so its rank runs flat out: a
+    # window with requests waiting is saturated.  Its throughput corrects the step that
+    # explains it (here the prefill step: the TPOT is as predicted) and its TTFT, the queued
+    # work's wait, teaches nothing.  With nothing queued (the job's last requests) the window
+    # is steady and teaches no capacity.
     (window,) = _observations(
         Ladder((Rank(Chain(MODEL, ENV, Config()), 1),)),
         start_s=0.0,
@@ -414,3 +418,8 @@ def test_a_batch_window_with_work_queued_corrects_the_capacity_not_the_latency()
     store = planner.state.corrections
     assert store.factor(key, PREFILL_TIME, cc) is None
     assert store.factor(key, Outcome.TTFT.value, cc) is not None
+    # By default (opt-in) a batch window, without arrivals, is skipped: nothing is learned.
+    planner, ladder, job = _batch_window(queued=3.0, learn=False)
+    store = planner.state.corrections
+    assert store.factor(key, PREFILL_TIME, cc) is None
+    assert store.factor(key, DECODE_TIME, cc) is None

@@ -156,7 +156,7 @@ def compare(
             skipped.append(f"{o.job_id}: observation for an unknown job")
         elif (o.job_id, o.chain) not in state.ledger:
             skipped.append(f"{o.job_id}: no stored prediction for {o.chain.environment.id}")
-        elif o.replicas_up == 0 or _served(o, jobs[o.job_id]) == 0:
+        elif o.replicas_up == 0 or _served(o, jobs[o.job_id], cfg) == 0:
             skipped.append(f"{o.job_id}: no traffic served on {o.chain.environment.id}")
         else:
             by_job[o.job_id].append(o)
@@ -201,7 +201,8 @@ def compare(
                     # must not accumulate against the new one (that would read as a change).
                     detectors[key] = detectors[key].reset()
             signatures[ckey] = signatures[jkey] = signature
-            regime = window_regime(o, cfg.corrections.backlog_tolerance, batch=not job.is_online)
+            batch = not job.is_online and cfg.corrections.batch_windows
+            regime = window_regime(o, cfg.corrections.backlog_tolerance, batch=batch)
             # A window on a chain the job had not run on also measures how far borrowed
             # corrections carry: pooled with the other first windows, it bands untried chains.
             untried = not state.corrections.has_evidence(jkey, cfg.corrections)
@@ -375,10 +376,13 @@ def update(
 
 
 # ---- helpers ----------------------------------------------------------------------------
-def _served(o: Observation, job: Job) -> int:
-    """Requests ``o``'s window served: an online job's arrivals; a batch job's completions too
-    (its work is queued, not arriving: a window of it may report no arrivals)."""
-    return o.requests if job.is_online else max(o.requests, o.completed)
+def _served(o: Observation, job: Job, cfg: KoiConfig) -> int:
+    """Requests ``o``'s window served: its arrivals; with ``corrections.batch_windows`` a
+    batch job's completions too (its work is queued, not arriving: a window of it may report
+    no arrivals)."""
+    if job.is_online or not cfg.corrections.batch_windows:
+        return o.requests
+    return max(o.requests, o.completed)
 
 
 def _predict_observed(
