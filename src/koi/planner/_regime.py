@@ -12,11 +12,10 @@ tolerance) on throughput and cost only, and takes its capacity as a sample of th
 correction of the phase its p99 TPOT shows slow (``_corrections.capacity_samples``); a
 window that carried a backlog (its queue held more than the tolerance of the window's
 arrivals) or drained one (completions above arrivals by more than the tolerance)
-likewise, without the capacity sample (its backlog may have emptied part-way).  A batch job's
-window with work queued ran flat out by design and is read as an overloaded one (saturated).
-Latencies,
-mediators, the risk band's residuals, band coverage and the detectors then learn only from
-windows in steady state.
+likewise, without the capacity sample (its backlog may have emptied part-way).  With
+``corrections.batch_windows`` a batch job's window with work queued ran flat out by design
+and is read as an overloaded one (saturated).  Latencies, mediators, the risk band's
+residuals, band coverage and the detectors then learn only from windows in steady state.
 
 Why the decode step by default: the surrogate's capacity is mostly set by its decode step (on one
 H100 replica, doubling the decode time cuts capacity by 45–50 % for most online jobs of the
