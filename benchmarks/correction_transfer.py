@@ -38,7 +38,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 
@@ -51,13 +51,13 @@ from koi.surrogate import SurrogateConfig, select_step_model
 BINS = ((0.0, 1.0), (1.0, 2.0), (2.0, math.inf))
 
 
-class Point:
+class Point(NamedTuple):
     """One measured row: its implied factor, context share, prompt length and concurrency."""
 
-    __slots__ = ("conc", "factor", "isl", "share")
-
-    def __init__(self, factor: float, share: float, isl: int, conc: int) -> None:
-        self.factor, self.share, self.isl, self.conc = factor, share, isl, conc
+    factor: float
+    share: float
+    isl: int
+    conc: int
 
 
 def context_share(row: dict[str, str], cfg: SurrogateConfig) -> float:
@@ -108,26 +108,25 @@ def _median(v: list[float]) -> float:
 
 def transfer(groups: dict[tuple[str, ...], list[Point]]) -> list[dict[str, Any]]:
     """Per (concurrency, prompt length) distance bin: pairs, ρ and the three ways' errors."""
+    # Every ordered pair once: (|Δ ln concurrency|, |Δ ln prompt|, ln F of each).
+    every = [
+        (abs(math.log(a.conc / b.conc)), abs(math.log(a.isl / b.isl)), math.log(a.factor),
+         math.log(b.factor))
+        for pts in groups.values()
+        for a, b in itertools.permutations(pts, 2)
+    ]  # fmt: skip
     out = []
     for (clo, chi), (ilo, ihi) in itertools.product(BINS, BINS):
-        src: list[float] = []
-        dst: list[float] = []
-        for pts in groups.values():
-            for a, b in itertools.permutations(pts, 2):
-                dc, di = abs(math.log(a.conc / b.conc)), abs(math.log(a.isl / b.isl))
-                if clo <= dc < chi and ilo <= di < ihi:
-                    src.append(math.log(a.factor))
-                    dst.append(math.log(b.factor))
-        if len(src) < 20:
+        pairs = [(x, y) for dc, di, x, y in every if clo <= dc < chi and ilo <= di < ihi]
+        if len(pairs) < 20:
             continue
-        denom = sum(x * x for x in src)
-        rho = sum(x * y for x, y in zip(src, dst, strict=True)) / denom if denom else 0.0
-        pairs = list(zip(src, dst, strict=True))
+        denom = sum(x * x for x, _ in pairs)
+        rho = sum(x * y for x, y in pairs) / denom if denom else 0.0
         out.append(
             {
                 "concurrency_dln": [clo, chi],
                 "prompt_dln": [ilo, ihi],
-                "pairs": len(src),
+                "pairs": len(pairs),
                 "rho": round(rho, 2),
                 "error_whole": _median([abs(y - x) for x, y in pairs]),
                 "error_shrunk": _median([abs(y - rho * x) for x, y in pairs]),
