@@ -128,7 +128,10 @@ class _Watching:
             raise _Done
         result = self.planner.tick(snapshot, observations)
         if minute >= self.start:
-            job = next(j for j in snapshot.jobs if j.id == self.job) if self.corrections else None
+            # None before the job arrives and after it leaves
+            job = next((j for j in snapshot.jobs if j.id == self.job), None)
+            if not self.corrections:
+                job = None
             _print(
                 minute,
                 self.job,

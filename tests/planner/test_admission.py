@@ -394,6 +394,38 @@ def test_deadline_slack_prices_deferring_a_batch_job() -> None:
     assert work_time_s(job, {}) == 0.0
 
 
+def test_a_batch_job_only_admission_can_place_waits_at_its_deadline_price() -> None:
+    # The fleet is full: the proposer offers the batch job nothing, and only the ladders
+    # admission makes room for could place it.  Deferring it must still cost the slack its
+    # work leaves at their rate, not the clock's slack alone.
+    from koi.scoring import deferral_score
+
+    job = attrs.evolve(_batch(0, deadline_s=600.0 + 7200.0, total=400_000), priority=1)
+    result = _planner().tick(_full_fleet(job), launch=False)
+    mine = result.candidates_for("bulk")
+    placements = [c for c in mine if c.kind is ActionKind.PLACE]
+    assert placements
+    assert all("make-room" in c.sources for c in placements)
+    defer = next(c for c in mine if c.kind is ActionKind.DEFER)
+    assert defer.value < deferral_score(job, KoiConfig().scoring, now_s=600.0)
+
+
+def test_a_batch_job_left_waiting_past_its_slack_is_at_risk() -> None:
+    # No verdicts this tick (``make_room_jobs = 0``) and nothing free: the batch job waits.
+    # Waiting is no risk while its work fits well before the deadline; once the slack its
+    # work leaves is inside the urgency horizon, the plan says it is at risk of the deadline.
+    def risk(deadline_in_s: float) -> list[str]:
+        job = _batch(0, deadline_s=600.0 + deadline_in_s, total=20_000)
+        result = _planner(make_room_jobs=0).tick(_full_fleet(job), launch=False)
+        assert result.plan.action("bulk").kind is ActionKind.DEFER
+        return [r.detail for r in result.at_risk if r.verdict is Verdict.DEADLINE]
+
+    assert risk(6 * 3600.0) == []
+    (detail,) = risk(1200.0)
+    assert "not served" in detail
+    assert "left to the deadline" in detail
+
+
 @pytest.mark.parametrize("policy", list(AdmissionPolicy))
 def test_admission_policy_round_trips(policy: AdmissionPolicy) -> None:
     from koi.types import from_json, to_json

@@ -72,9 +72,9 @@ from koi.planner._progress import (
     Progress,
     late_batch_jobs,
     observed_rate,
+    price_deferrals,
     record_progress,
     with_observed_shortfall,
-    work_time_s,
 )
 from koi.planner._propose import (
     Candidates,
@@ -489,14 +489,13 @@ class Planner:
         if not deadline.passed:
             replay_short_lists(running, candidates, evaluator)
         watch.lap("S5_replay")
+        unpriced = price_deferrals(running, candidates, evaluator)
         for job in running:
-            mine = candidates[job.id]
-            work_s = work_time_s(job, mine)  # deferring a batch job costs its deadline slack
-            if work_s > 0:
-                mine[Ladder()] = evaluator.defer(job, work_s=work_s)
             if job.id in late:  # its ladder misses the deadline, whatever the prediction says
                 keep = snapshot.current_ladders[job.id]
-                mine[keep] = evaluator.evaluate(job, keep, key="keep", breach_floor=1.0)
+                candidates[job.id][keep] = evaluator.evaluate(
+                    job, keep, key="keep", breach_floor=1.0
+                )
         for job_id in failing & snapshot.current_ladders.keys():
             current, mine = snapshot.current_ladders[job_id], candidates[job_id]
             on_over = any(p in over for p in current.gpus_by_pool())
@@ -512,6 +511,9 @@ class Planner:
             deadline_passed=deadline.passed,
             unsafe_donors=failing,
         )
+        # A batch job the proposer offered nothing (its budget book empty on a full fleet) is
+        # priced on the ladders admission added, not on the clock alone.
+        price_deferrals(unpriced, candidates, evaluator)
         watch.lap("S5_admission")
         deadline.check("evaluation")
         problem = selection_problem(

@@ -4,11 +4,11 @@ remaining work takes at the best rate on offer (the deadline slack that prices d
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 import attrs
 
-from koi.planner._evaluate import Evaluated
+from koi.planner._evaluate import Evaluated, Evaluator
 from koi.types import ClusterSnapshot, Job, Ladder
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "late_batch_jobs",
     "observed_rate",
     "pausable",
+    "price_deferrals",
     "record_progress",
     "with_observed_shortfall",
     "work_time_s",
@@ -122,6 +123,25 @@ def work_time_s(job: Job, candidates: Mapping[Ladder, Evaluated]) -> float:
     if not best > 0 or not math.isfinite(best):
         return 0.0
     return job.remaining_requests * job.workload.output_len.mean / best
+
+
+def price_deferrals(
+    jobs: Sequence[Job],
+    candidates: Mapping[str, MutableMapping[Ladder, Evaluated]],
+    evaluator: Evaluator,
+) -> list[Job]:
+    """Price each batch job's deferral (or stop) by the deadline slack its remaining work
+    leaves at the best rate its candidates reach (in place); the jobs none of whose
+    candidates predicts a rate are returned, still priced by the clock alone."""
+    unpriced = []
+    for job in jobs:
+        mine = candidates[job.id]
+        work_s = work_time_s(job, mine)
+        if work_s > 0:
+            mine[Ladder()] = evaluator.defer(job, work_s=work_s)
+        elif not job.is_online:
+            unpriced.append(job)
+    return unpriced
 
 
 def pausable(

@@ -18,7 +18,7 @@ class Verdict(enum.StrEnum):
 
     HOPELESS = "hopeless"  # no candidate anywhere in the fleet meets its target
     CAPACITY = "capacity"  # some would, none fits what is free (and no room was made)
-    DEADLINE = "deadline"  # a batch job that misses its deadline at its current rate
+    DEADLINE = "deadline"  # a batch job late at its current rate, or waiting past its slack
     BREACH = "breach"  # its ladder is predicted past C3's bound
     UNSERVED = "unserved"  # an online job left unserved without a verdict this tick
 
