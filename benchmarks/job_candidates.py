@@ -130,8 +130,7 @@ class _Watching:
         if minute >= self.start:
             # None before the job arrives and after it leaves
             job = next((j for j in snapshot.jobs if j.id == self.job), None)
-            if not self.corrections:
-                job = None
+            job = job if self.corrections else None
             _print(
                 minute,
                 self.job,
