@@ -19,7 +19,7 @@ from koi.planner._admission import BEST_EFFORT, Admission
 from koi.planner._corrections import correction_fn
 from koi.planner._evaluate import Evaluated, Evaluator
 from koi.planner._learn import LearnReport
-from koi.planner._progress import pausable, work_time_s
+from koi.planner._progress import pausable, waits_past_its_slack
 from koi.planner._report import AtRisk, CandidateReport, TickResult, Verdict
 from koi.planner._safety import guarded_stop, safe_actions, shed_transient
 from koi.planner._stages import select_best_effort_last
@@ -144,27 +144,6 @@ def on_time_unpausable(
     return not pausable(job, mine, now_s=now_s, horizon_s=horizon)
 
 
-def waits_past_its_slack(
-    job: Job, mine: Mapping[Ladder, Evaluated], *, now_s: float, cfg: KoiConfig
-) -> str | None:
-    """Why a batch job the plan leaves waiting is at risk of its deadline, or ``None``: its
-    remaining work, at the best rate any of its candidates reaches, leaves less than the
-    urgency horizon before the deadline (the clock alone when no candidate predicts a rate).
-    Such a job is late before it has run a window to be judged on."""
-    deadline = job.target.deadline_s
-    if job.is_online or deadline is None or job.remaining_requests <= 0:
-        return None
-    left = deadline - now_s
-    work_s = work_time_s(job, mine)
-    if left - work_s >= cfg.scoring.batch_urgency_horizon_s:
-        return None
-    rate = f"{work_s:.0f} s at the best rate on offer" if work_s > 0 else "no rate predicted"
-    return (
-        f"not served; the remaining {job.remaining_requests} requests take {rate}, "
-        f"{max(left, 0.0):.0f} s left to the deadline"
-    )
-
-
 def serves_to_the_end(job: Job) -> bool:
     """A running online job whose policy is to serve best effort is never stopped by choice
     (only when its ladder fails C2 or its pool shrank under it): an online service stopped
@@ -211,7 +190,14 @@ def select_plan(
         j.id: why
         for j in jobs
         if picked[j.id].report.ladder.is_empty
-        and (why := waits_past_its_slack(j, candidates[j.id], now_s=snapshot.time_s, cfg=cfg))
+        and (
+            why := waits_past_its_slack(
+                j,
+                candidates[j.id],
+                now_s=snapshot.time_s,
+                horizon_s=cfg.scoring.batch_urgency_horizon_s,
+            )
+        )
     }
     at_risk = jobs_at_risk(
         jobs, picked, admission or Admission(), {**waiting, **(late or {})}, tau=cfg.planner.tau

@@ -1,5 +1,6 @@
-"""Batch deadlines: progress between ticks, jobs late at their current rate, and how long the
-remaining work takes at the best rate on offer (the deadline slack that prices deferring)."""
+"""Batch deadlines: progress between ticks, jobs late at their current rate or waiting past
+their slack, and how long the remaining work takes at the best rate on offer (the deadline
+slack that prices deferring)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ __all__ = [
     "pausable",
     "price_deferrals",
     "record_progress",
+    "waits_past_its_slack",
     "with_observed_shortfall",
     "work_time_s",
 ]
@@ -71,6 +73,27 @@ def late_batch_jobs(
                 f"{need:.0f} s; {max(left, 0.0):.0f} s left to the deadline"
             )
     return out
+
+
+def waits_past_its_slack(
+    job: Job, mine: Mapping[Ladder, Evaluated], *, now_s: float, horizon_s: float
+) -> str | None:
+    """Why a batch job the plan leaves waiting is at risk of its deadline, or ``None``: its
+    remaining work, at the best rate any of its candidates reaches, leaves less than
+    ``horizon_s`` before the deadline (the clock alone when no candidate predicts a rate).
+    Such a job is late before it has run a window to be judged on."""
+    deadline = job.target.deadline_s
+    if job.is_online or deadline is None or job.remaining_requests <= 0:
+        return None
+    left = deadline - now_s
+    work_s = work_time_s(job, mine)
+    if left - work_s >= horizon_s:
+        return None
+    rate = f"{work_s:.0f} s at the best rate on offer" if work_s > 0 else "no rate predicted"
+    return (
+        f"not served; the remaining {job.remaining_requests} requests take {rate}, "
+        f"{max(left, 0.0):.0f} s left to the deadline"
+    )
 
 
 def observed_rate(
