@@ -136,9 +136,10 @@ class CorrectionConfig:
     ``batch_windows`` (opt-in) learns from a batch job's windows, which report completions
     and no arrivals (its work is queued): one with work queued is saturated, its throughput
     a capacity sample as an overloaded window's.  Off, they are skipped as serving no
-    traffic: on ``hetero-3h`` it gained a point of composite and eight of deadlines over ten
-    seeds, and on ``homo-12h`` held-out seed 4 two batch jobs never ran and the composite
-    fell 14 points (docs/benchmark.md, "Batch windows teach capacity")."""
+    traffic.  On the heterogeneous fleets it gained (``hetero-3h``, ten seeds: a point of
+    composite and eight of deadlines; ``hetero-12h``, three seeds: 1.6 points), and on the
+    H100-only ``homo-12h`` it lost 3.1 points over six seeds, five of them lower
+    (docs/benchmark.md, "Batch windows teach capacity")."""
 
     window: int = attrs.field(default=12, validator=positive_int)
     min_samples: int = attrs.field(default=1, validator=positive_int)
