@@ -154,22 +154,25 @@ def reach(groups: dict[tuple[str, ...], list[Point]]) -> list[dict[str, Any]]:
     """Per reach ``r``, each factor faded toward smaller batches (:func:`faded`) and, as
     ``two_sided``, both ways: the median ``|ln|`` error over the pairs at different
     concurrencies, and apart over those carried to a larger and to a smaller one."""
+    pairs = [
+        (a, b)
+        for pts in groups.values()
+        for a, b in itertools.permutations(pts, 2)
+        if a.conc != b.conc
+    ]
     out = []
     for r in REACHES:
         every: list[float] = []
         up: list[float] = []
         down: list[float] = []
         both: list[float] = []
-        for pts in groups.values():
-            for a, b in itertools.permutations(pts, 2):
-                if a.conc == b.conc:
-                    continue
-                target = math.log(b.factor)
-                error = abs(target - math.log(faded(a.factor, a.conc, r, b.conc, both=False)))
-                every.append(error)
-                (up if b.conc > a.conc else down).append(error)
-                two = faded(a.factor, a.conc, r, b.conc, both=True)
-                both.append(abs(target - math.log(two)))
+        for a, b in pairs:
+            target = math.log(b.factor)
+            error = abs(target - math.log(faded(a.factor, a.conc, r, b.conc, both=False)))
+            every.append(error)
+            (up if b.conc > a.conc else down).append(error)
+            two = faded(a.factor, a.conc, r, b.conc, both=True)
+            both.append(abs(target - math.log(two)))
         out.append(
             {
                 "reach": r if math.isfinite(r) else "whole",

@@ -186,19 +186,15 @@ def select_plan(
             reports.append(attrs.evolve(ev.report, chosen=ev.report.key == pick))
         picked[job.id] = next(e for e in mine.values() if e.report.key == pick)
     room = made_room(snapshot, picked)
-    waiting = {
-        j.id: why
-        for j in jobs
-        if picked[j.id].report.ladder.is_empty
-        and (
-            why := waits_past_its_slack(
-                j,
-                candidates[j.id],
-                now_s=snapshot.time_s,
-                horizon_s=cfg.scoring.batch_urgency_horizon_s,
+    horizon = cfg.scoring.batch_urgency_horizon_s
+    waiting = {}
+    for job in jobs:
+        if picked[job.id].report.ladder.is_empty:
+            why = waits_past_its_slack(
+                job, candidates[job.id], now_s=snapshot.time_s, horizon_s=horizon
             )
-        )
-    }
+            if why is not None:
+                waiting[job.id] = why
     at_risk = jobs_at_risk(
         jobs, picked, admission or Admission(), {**waiting, **(late or {})}, tau=cfg.planner.tau
     )

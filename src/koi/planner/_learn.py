@@ -201,7 +201,7 @@ def compare(
                     # must not accumulate against the new one (that would read as a change).
                     detectors[key] = detectors[key].reset()
             signatures[ckey] = signatures[jkey] = signature
-            batch = not job.is_online and cfg.corrections.batch_windows
+            batch = _learns_batch_windows(job, cfg)
             regime = window_regime(o, cfg.corrections.backlog_tolerance, batch=batch)
             # A window on a chain the job had not run on also measures how far borrowed
             # corrections carry: pooled with the other first windows, it bands untried chains.
@@ -376,13 +376,16 @@ def update(
 
 
 # ---- helpers ----------------------------------------------------------------------------
+def _learns_batch_windows(job: Job, cfg: KoiConfig) -> bool:
+    """A batch job whose windows are compared (``corrections.batch_windows``)."""
+    return not job.is_online and cfg.corrections.batch_windows
+
+
 def _served(o: Observation, job: Job, cfg: KoiConfig) -> int:
-    """Requests ``o``'s window served: its arrivals; with ``corrections.batch_windows`` a
-    batch job's completions too (its work is queued, not arriving: a window of it may report
-    no arrivals)."""
-    if job.is_online or not cfg.corrections.batch_windows:
-        return o.requests
-    return max(o.requests, o.completed)
+    """Requests ``o``'s window served: its arrivals, and a batch job's completions when its
+    windows are learned from (its work is queued, not arriving: a window of it may report no
+    arrivals)."""
+    return max(o.requests, o.completed) if _learns_batch_windows(job, cfg) else o.requests
 
 
 def _predict_observed(
