@@ -40,8 +40,14 @@ def _online(model: str, rate: float, prefix: float = 0.0) -> Job:
     return Job(id="chat", model=model, job_class="online", workload=w, target=target)
 
 
-def _batch(model: str) -> Job:
-    w = WorkloadProfile(LengthDist(2000, 0.3, 8000), LengthDist(300, 0.3, 2000), total_requests=900)
+def _batch(model: str, prefix: float = 0.0) -> Job:
+    w = WorkloadProfile(
+        LengthDist(2000, 0.3, 8000),
+        LengthDist(300, 0.3, 2000),
+        total_requests=900,
+        prefix_share=prefix,
+        prefix_count=4,
+    )
     target = ServingTarget.batch(deadline_s=3600)
     return Job(id="summ", model=model, job_class="batch", workload=w, target=target)
 
@@ -59,7 +65,12 @@ def test_capacity_is_the_one_replica_screens() -> None:
     infeasible = 0
     corrected: set[float] = set()
     for model in ("Llama-3.1-8B", "Llama-3.1-70B"):
-        jobs = [_online(model, 1.0), _online(model, 7.0, prefix=0.5), _batch(model)]
+        jobs = [
+            _online(model, 1.0),
+            _online(model, 7.0, prefix=0.5),
+            _batch(model),
+            _batch(model, prefix=0.5),
+        ]
         for job in jobs:
             for tp in (1, 2, 8):
                 for quant in (Quant.BF16, Quant.FP8):
@@ -79,7 +90,7 @@ def test_capacity_is_the_one_replica_screens() -> None:
                             assert got == pred.ranks[0].capacity_tok_s
                             if job.is_online and tp == 2 and routing is Routing.LEAST_LOADED:
                                 corrected.add(got)
-    assert asked == 216
+    assert asked == 288
     assert 0 < infeasible < asked  # both branches are exercised (70B does not fit on one GPU)
     # The corrections move the capacity: a capacity that ignored them would match only one.
     assert len(corrected) >= 6

@@ -374,20 +374,20 @@ class Surrogate:
         ``capacity_tok_s`` of :meth:`screen` on a one-replica ladder, ``None`` where that
         screen is infeasible.
 
-        An online rank's capacity is its saturation, which does not depend on the offered
-        rate: it is computed without estimating the latencies at that rate (most of a
-        screen's cost).  Batch jobs take the screen (closed loop, memoized per rank).
+        A rank's capacity is its saturation, which depends neither on the offered rate nor on
+        a batch job's concurrency: it is computed without the latencies at that rate or
+        concurrency (most of a screen's cost), at the prefix hits the screen would take.
         """
         ladder = Ladder((Rank(chain, 1),))
-        if not job.is_online:
-            pred = self.screen(job, ladder, corrections=corrections)
-            return pred.ranks[0].capacity_tok_s if pred.feasible and pred.ranks else None
         corr = (corrections(chain) if corrections else RankCorrection(),)
         loads = self._loads(job, ladder, corr)
         if isinstance(loads, Prediction):
             return None
-        (r,) = loads  # the capacity _online gives this one-rank ladder
-        sat_load, sat_key = self._with_hit(r, self._saturated_hit(job, r))
+        (r,) = loads  # the capacity _online or _batch gives this one-rank ladder
+        if job.is_online:
+            sat_load, sat_key = self._with_hit(r, self._saturated_hit(job, r))
+        else:
+            sat_load, sat_key, _, _ = self._closed_load(job, r)
         return self._saturation(sat_key, sat_load)[1] * r.rank.replicas
 
     def screen_cost(
@@ -677,19 +677,27 @@ class Surrogate:
             out.append(self._rank_prediction(job, r.rank, est, r.feas, r.corr, share, cap, hit))
         return out
 
+    def _closed_load(
+        self, job: Job, r: _RankLoad
+    ) -> tuple[RankLoad, tuple[Any, ...], int, PrefixHit]:
+        """A batch rank's load at the prefix hits of its concurrency, its memo key, the
+        concurrency of its replica (more requests fit once a cached prefix shortens their
+        private KV) and those hits."""
+        conc = max(r.feas.max_seqs, 1)
+        hit = self._hit(job, r, conc)
+        load, rkey = self._with_hit(r, hit)
+        if hit is not NO_HIT:
+            per_request = load.input_len.mean + load.output_len.mean
+            fits = int(load.kv_capacity_tokens / max(per_request, 1.0))
+            conc = max(conc, min(load.max_batch_size, fits))
+        return load, rkey, conc, hit
+
     def _batch(self, job: Job, loads: list[_RankLoad], *, replay: bool) -> list[RankPrediction]:
         cfg = self.cfg
         ests: list[ServingEstimate] = []
         hits: list[PrefixHit] = []
         for r in loads:
-            conc = max(r.feas.max_seqs, 1)
-            hit = self._hit(job, r, conc)
-            load, rkey = self._with_hit(r, hit)
-            if hit is not NO_HIT:
-                # Shorter private KV per request: the cache admits more requests at once.
-                per_request = load.input_len.mean + load.output_len.mean
-                fits = int(load.kv_capacity_tokens / max(per_request, 1.0))
-                conc = max(conc, min(load.max_batch_size, fits))
+            load, rkey, conc, hit = self._closed_load(job, r)
             key: tuple[Any, ...]
             if replay:
                 m = min(r.rank.replicas, cfg.replay_max_replicas)
