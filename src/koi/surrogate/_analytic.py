@@ -164,14 +164,13 @@ class _Steps(NamedTuple):
     dec: StepParts
     chunk: StepParts
     chunks: int
-    budget: float
 
 
 #: The two iterations of a batch shape, memoized per load (one step model) by everything the
 #: step model is asked for them: the prompt mean, its chunks and the rounded sequences and
 #: context tokens.  A bisection over the batch narrows to one rounded shape long before its
 #: last halving, and one load's estimates at other rates visit the same midpoints.
-ShapeMemo = dict[tuple[float, int, int, int], tuple[StepParts, StepParts]]
+ShapeMemo = dict[tuple[float, int, int, int], _Steps]
 
 # A memo past this many shapes starts over (a memo, not state).
 _SHAPE_MEMO = 4096
@@ -187,20 +186,27 @@ def _budget_chunks(load: RankLoad, seqs: float, inp: float) -> tuple[float, int]
 def _steps(
     load: RankLoad, seqs: float, ctx: float, inp: float, memo: ShapeMemo | None = None
 ) -> _Steps:
-    budget, chunks = _budget_chunks(load, seqs, inp)
-    n, n_ctx = round(seqs), round(seqs * ctx)
+    chunks = _budget_chunks(load, seqs, inp)[1]
+    return _shape_steps(load, inp, chunks, round(seqs), round(seqs * ctx), memo)
+
+
+def _shape_steps(
+    load: RankLoad, inp: float, chunks: int, n: int, n_ctx: int, memo: ShapeMemo | None
+) -> _Steps:
+    """:func:`_steps` of the batch shape the caller has worked out: ``chunks`` per prompt of
+    ``inp`` tokens beside ``n`` decoding sequences holding ``n_ctx`` context tokens."""
     key = (inp, chunks, n, n_ctx)
     hit = memo.get(key) if memo is not None else None
     if hit is None:
         size = inp / chunks
-        dec = _step(load, 0.0, seqs, ctx, inp)
-        chunk = load.parts(round(size), size * inp / 2.0, n, n_ctx)
-        hit = (dec, chunk)
+        # The decode-only step first: a scaled step model keeps its time for the mixed one.
+        dec = load.parts(0, 0.0, n, n_ctx)
+        hit = _Steps(dec, load.parts(round(size), size * inp / 2.0, n, n_ctx), chunks)
         if memo is not None:
             if len(memo) >= _SHAPE_MEMO:
                 memo.clear()
             memo[key] = hit
-    return _Steps(hit[0], hit[1], chunks, budget)
+    return hit
 
 
 def _narrow(
@@ -265,7 +271,7 @@ def _fluid(
     stopped after 20 iterations it fell short of the fixed point by up to a factor of 3 (mostly
     at the rates the searches probe past saturation) and cost twice the step evaluations.
     """
-    budget = st.budget
+    budget = _budget_chunks(load, seqs, inp)[0]
     s = _step(load, budget, seqs, ctx, inp)
     t_top = parts_time(s)
     x_cap = budget / (rate * inp)
@@ -319,12 +325,13 @@ def _mean_time(
     the mean iteration depends on ``seqs`` only through the shape.  The fluid regime's is not
     memoized: its search starts from the token budget, ``max_batched_tokens - seqs``.
     """
-    # The shape, looked up before _steps is asked for its iterations.
-    shape = (_budget_chunks(load, seqs, inp)[1], round(seqs), round(seqs * ctx))
+    # The shape, looked up before its iterations are.
+    chunks, n, n_ctx = _budget_chunks(load, seqs, inp)[1], round(seqs), round(seqs * ctx)
+    shape = (chunks, n, n_ctx)
     hit = times.get(shape)
     if hit is not None:
         return hit
-    st = _steps(load, seqs, ctx, inp, memo)
+    st = _shape_steps(load, inp, chunks, n, n_ctx, memo)
     dec, chunk = st.dec, st.chunk
     t_dec = parts_time(dec)
     delta = max(parts_time(chunk) - t_dec, 0.0)

@@ -113,8 +113,16 @@ class ScaledStepModel(StepFromParts):
     ) -> StepParts:
         """:meth:`step`'s fields as a tuple (what the closed form and the step cache read)."""
         full = self._parts(prefill_tokens, prefill_pairs, decode_seqs, decode_context_tokens)
-        if self.prefill == self.decode or prefill_tokens == 0:
+        if self.prefill == self.decode:
             f = self.decode
+        elif prefill_tokens == 0:
+            f = self.decode
+            if decode_seqs and prefill_pairs == 0.0:
+                # A decode-only step: what a mixed step of the same decoders asks for next
+                # (the closed form makes the two one after the other).
+                if len(self._dec) >= _DEC_MEMO:
+                    self._dec.clear()  # a memo, not state: start over rather than grow
+                self._dec[decode_seqs, decode_context_tokens] = parts_time(full)
         elif decode_seqs == 0:
             f = self.prefill
         else:
