@@ -8,7 +8,8 @@ koi runs as ``koi bench`` runs it (no wall-clock limits, the same seed); from mi
 ``--from`` on, each tick prints the job's verdict if it is at risk and every candidate it was
 given, best value first: ``*`` the chosen one, its kind and key, GPUs, value (``J - γ p -
 λ Switch``), Tchebycheff score ``J``, breach probability, switching cost, sources, predicted
-p99 TTFT / p99 TPOT / throughput and why it was rejected.  The run stops after minute
+p99 TTFT / p99 TPOT / throughput, why it was rejected and its ranks (replicas × GPU type,
+TP, precision, batch cap, pool).  The run stops after minute
 ``--to``.  ``--corrections`` adds, per rank, the residual corrections the prediction started
 from (:meth:`Planner.corrections_in_force`: prefill and decode step, p99 TTFT and TPOT
 factors), so a candidate predicted far from the prior says where the factor comes from.
@@ -35,7 +36,7 @@ from koi.errors import KoiError
 from koi.planner import CandidateReport, Planner, TickResult
 from koi.sim import load_scenario, run
 from koi.surrogate import RankCorrection
-from koi.types import Chain, ClusterSnapshot, Observation, Plan
+from koi.types import Chain, ClusterSnapshot, Config, Observation, Plan, Rank
 from tick import knob
 
 
@@ -64,7 +65,22 @@ def _row(
         "p99_tpot_ms": None if o is None else o.p99_tpot_ms,
         "throughput_tok_s": None if o is None else o.throughput_tok_s,
         "rejected": c.rejected,
+        "ladder": [_rank(r) for r in c.ladder.ranks],
     }
+
+
+def _rank(r: Rank) -> str:
+    """One rank as ``4×H100-SXM tp8 fp8 b64`` (then what differs from the defaults: pipeline
+    stages, engine, KV-cache type, routing, token budget), the pool after ``@``."""
+    cf = r.chain.config
+    default = Config()
+    extra = []
+    for name in ("pp", "engine", "kv_cache_dtype", "routing", "max_batched_tokens"):
+        value = getattr(cf, name)
+        if value != getattr(default, name):
+            extra.append(f"{name}={getattr(value, 'value', value)}")
+    head = f"{r.replicas}×{r.chain.environment.gpu} tp{cf.tp} {cf.quant.value} b{cf.max_batch_size}"
+    return " ".join([head, *extra, f"@{r.chain.environment.id}"])
 
 
 def _num(x: float | None, fmt: str) -> str:
@@ -103,7 +119,7 @@ def _print(
             f"p={r['breach_probability']:.2f} switch={r['switch_usd']:7.1f} "
             f"ttft={_num(r['p99_ttft_ms'], '.0f')} tpot={_num(r['p99_tpot_ms'], '.0f')} "
             f"tput={_num(r['throughput_tok_s'], '.0f')} {','.join(r['sources'])} {r['rejected']}"
-            f"{_corrected(r['corrections'])}"
+            f" [{' + '.join(r['ladder'])}]{_corrected(r['corrections'])}"
         )
 
 

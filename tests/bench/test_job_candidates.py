@@ -26,6 +26,13 @@ def test_prints_the_stretch_asked_for_with_the_chosen_candidate(
             (r["value"] for r in rows if not r["rejected"]), reverse=True
         )
     assert {"defer", "place"} <= {r["kind"] for r in ticks[1]["candidates"]}  # pending
+    # Each candidate names its ranks: a deferral none, a placement one per rank.
+    for r in ticks[1]["candidates"]:
+        assert (r["kind"] == "defer") == (r["ladder"] == [])
+        for rank in r["ladder"]:
+            assert "×" in rank
+            assert " tp" in rank
+            assert " @" in rank
 
 
 def test_an_unknown_job_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
