@@ -69,15 +69,18 @@ def _row(
     }
 
 
+#: The engine settings a rank's label leaves out when it keeps them.
+_DEFAULTS = Config()
+
+
 def _rank(r: Rank) -> str:
     """One rank as ``4×H100-SXM tp8 fp8 b64`` (then what differs from the defaults: pipeline
     stages, engine, KV-cache type, routing, token budget), the pool after ``@``."""
     cf = r.chain.config
-    default = Config()
     extra = []
     for name in ("pp", "engine", "kv_cache_dtype", "routing", "max_batched_tokens"):
         value = getattr(cf, name)
-        if value != getattr(default, name):
+        if value != getattr(_DEFAULTS, name):
             extra.append(f"{name}={getattr(value, 'value', value)}")
     head = f"{r.replicas}×{r.chain.environment.gpu} tp{cf.tp} {cf.quant.value} b{cf.max_batch_size}"
     return " ".join([head, *extra, f"@{r.chain.environment.id}"])

@@ -120,24 +120,25 @@ class ScaledStepModel(StepFromParts):
             if decode_seqs and prefill_pairs == 0.0:
                 # A decode-only step: what a mixed step of the same decoders asks for next
                 # (the closed form makes the two one after the other).
-                if len(self._dec) >= _DEC_MEMO:
-                    self._dec.clear()  # a memo, not state: start over rather than grow
-                self._dec[decode_seqs, decode_context_tokens] = parts_time(full)
+                self._keep_decode((decode_seqs, decode_context_tokens), parts_time(full))
         elif decode_seqs == 0:
             f = self.prefill
         else:
             key = (decode_seqs, decode_context_tokens)
             dec = self._dec.get(key)
             if dec is None:
-                if len(self._dec) >= _DEC_MEMO:
-                    self._dec.clear()  # a memo, not state: start over rather than grow
-                dec = self._dec[key] = parts_time(
-                    self._parts(0, 0.0, decode_seqs, decode_context_tokens)
-                )
+                dec = parts_time(self._parts(0, 0.0, decode_seqs, decode_context_tokens))
+                self._keep_decode(key, dec)
             f = mixed_factor(self.prefill, self.decode, parts_time(full), dec)
         if f == 1.0:
             return full
         return (full[0] * f, full[1] * f, full[2] * f, full[3] * f, full[4] * f)
+
+    def _keep_decode(self, key: tuple[int, int], time_s: float) -> None:
+        """Memoize a decode-only base time (a memo, not state: past its size it starts over)."""
+        if len(self._dec) >= _DEC_MEMO:
+            self._dec.clear()
+        self._dec[key] = time_s
 
 
 class ScaledStepCache(StepFromMixed):
