@@ -1,15 +1,17 @@
 """Planner tick time on a scenario (default hetero-3h; fleet-xl for 10,000 GPUs), no LLM; JSON.
 
 The planner is driven through the simulated fleet so every tick sees realistic snapshots and
-telemetry.  Reported: the cold first tick, the median and p95 of the rest, the jobs and GPUs per
-snapshot, the stage medians, and the process's peak RSS (planner and simulator together).  The
-simulator's own time is excluded from the tick times.
+telemetry.  The planner runs in a process of its own (as it would beside a real fleet), so
+what is reported is its own: the cold first tick, the median and p95 of the rest, the jobs and
+GPUs per snapshot, the stage medians, and its peak RSS (``planner_peak_rss_mib``; the
+simulator's process, which holds the world, is ``world_peak_rss_mib``).  The simulator's time
+and the snapshots' trip through the pipe are outside the tick times.
 
 The machine may be shared, so a fixed reference workload (pure Python and numpy, the same
 every time) is timed right after each tick; its median says how fast the machine was during
 this run, and ``median_tick_in_reference_units`` compares runs made under different loads.
-Targets: hetero-3h median ≤ 0.5 s (DESIGN §12); fleet-xl median ≤ 3 s, p95 ≤ 6 s, peak RSS
-≤ 3 GiB on 2 cores.
+Targets: hetero-3h median ≤ 0.5 s (DESIGN §12); fleet-xl median ≤ 3 s, p95 ≤ 6 s, the
+planner's peak RSS ≤ 3 GiB on 2 cores.
 
     python benchmarks/tick.py [--scenario hetero-3h|fleet-xl] [--seed 0] [--ticks N]
                               [--set planner.review_every=1 ...] [--default-collector]
@@ -19,7 +21,7 @@ Targets: hetero-3h median ≤ 0.5 s (DESIGN §12); fleet-xl median ≤ 3 s, p95 
 the same code can be timed under two settings).
 ``--default-collector`` keeps CPython's collector thresholds; by default the run is timed
 inside :func:`koi.collector.relaxed_collector`, as koi's own runs are (docs/scale.md).
-``median_tick_cpu_s`` is the same median in CPU seconds of this process, steadier than wall
+``median_tick_cpu_s`` is the same median in CPU seconds of the planner's process, steadier than wall
 time on a shared machine.  ``unchanged_retick_s`` times one more tick on the last snapshot with
 no new telemetry: what a tick costs when nothing changed (the planner takes every candidate's
 evaluation and the corrections in force from its memos then, but still re-proposes every job
@@ -31,13 +33,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import resource
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 from contextlib import nullcontext
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import Any, cast
 
 import attrs
 import numpy as np
@@ -51,7 +55,7 @@ from koi.types import ClusterSnapshot, Observation, Plan
 
 TARGETS: dict[str, dict[str, float]] = {
     "hetero-3h": {"median_tick_s": 0.5},
-    "fleet-xl": {"median_tick_s": 3.0, "p95_tick_s": 6.0, "peak_rss_mib": 3 * 1024},
+    "fleet-xl": {"median_tick_s": 3.0, "p95_tick_s": 6.0, "planner_peak_rss_mib": 3 * 1024},
 }
 
 
@@ -67,39 +71,73 @@ def reference_workload() -> float:
     return time.perf_counter() - start
 
 
-class TimedPlanner:
-    """The koi planner as a sim policy, recording each tick's wall time, stage timings, size
-    and a reference timing taken right after it."""
+@attrs.frozen
+class TickRecord:
+    """One tick as the planner's process saw it."""
+
+    wall_s: float
+    cpu_s: float
+    reference_s: float
+    stages: dict[str, float]
+    jobs: int
+
+
+def _serve_planner(conn: Connection, config: KoiConfig, relaxed: bool) -> None:
+    """The planner's process: plans each snapshot sent, replans the last one with no new
+    telemetry when asked (``retick``), and reports its peak RSS at ``close``."""
+    planner = Planner(config=config)
+    last: ClusterSnapshot | None = None
+    with relaxed_collector() if relaxed else nullcontext():
+        while True:
+            kind, snapshot, observations = conn.recv()
+            if kind == "close":
+                conn.send(_peak_rss_mib())
+                return
+            if kind == "retick":
+                snapshot, observations = last, ()
+            assert snapshot is not None
+            start, cpu = time.perf_counter(), time.process_time()
+            result = planner.tick(snapshot, observations)
+            wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+            stages, jobs = dict(result.timings_s), len(snapshot.jobs)
+            conn.send((result.plan, TickRecord(wall, cpu_s, reference_workload(), stages, jobs)))
+            last = snapshot
+
+
+class PlannerProcess:
+    """The koi planner as a sim policy, run in a process of its own: each tick's wall and CPU
+    time, stages, size and a reference timing taken right after it are the planner's, and so
+    is the peak RSS (the world's memory stays in this process, as it would stay on a real
+    fleet; the snapshots and observations travel by pipe, outside the timed tick)."""
 
     name = "koi"
 
-    def __init__(self, config: KoiConfig | None = None) -> None:
-        self.planner = Planner(config=config)
-        self.seconds: list[float] = []
-        self.cpu_seconds: list[float] = []
-        self.reference: list[float] = []
-        self.stages: list[dict[str, float]] = []
-        self.jobs: list[int] = []
-        self.last: ClusterSnapshot | None = None
+    def __init__(self, config: KoiConfig, *, relaxed: bool) -> None:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve_planner, args=(child, config, relaxed))
+        self._process.start()
+        child.close()
+        self.ticks: list[TickRecord] = []
 
     def decide(self, snapshot: ClusterSnapshot, observations: Sequence[Observation]) -> Plan:
-        start, cpu = time.perf_counter(), time.process_time()
-        result = self.planner.tick(snapshot, observations)
-        self.seconds.append(time.perf_counter() - start)
-        self.cpu_seconds.append(time.process_time() - cpu)
-        self.reference.append(reference_workload())
-        self.stages.append(dict(result.timings_s))
-        self.jobs.append(len(snapshot.jobs))
-        self.last = snapshot
-        return result.plan
+        self._conn.send(("tick", snapshot, tuple(observations)))
+        plan, record = self._conn.recv()
+        self.ticks.append(record)
+        return cast(Plan, plan)
 
     def retick(self) -> float:
         """Seconds to plan the last snapshot again with no new telemetry: the work a tick
         does when nothing changed (the floor that work growing with change would remove)."""
-        assert self.last is not None
-        start = time.perf_counter()
-        self.planner.tick(self.last, ())
-        return time.perf_counter() - start
+        self._conn.send(("retick", None, ()))
+        return cast(TickRecord, self._conn.recv()[1]).wall_s
+
+    def close(self) -> float:
+        """Stop the planner's process; its peak RSS in MiB."""
+        self._conn.send(("close", None, ()))
+        peak = cast(float, self._conn.recv())
+        self._process.join()
+        return peak
 
 
 def truncated(sc: Scenario, ticks: int) -> Scenario:
@@ -156,32 +194,38 @@ def main() -> None:
     if args.ticks is not None:
         sc = truncated(sc, args.ticks)
     gpus = sum(p.capacity_gpus for p in resolve_pools(sc, tuple(load_catalog().instances)))
-    policy = TimedPlanner(with_knobs(KoiConfig(), knobs))
+    policy = PlannerProcess(with_knobs(KoiConfig(), knobs), relaxed=not args.default_collector)
     collector = nullcontext() if args.default_collector else relaxed_collector()
     with collector:
         wall0 = time.perf_counter()
         run(sc, policy, seed=args.seed)
         wall = time.perf_counter() - wall0
-        unchanged = policy.retick()
-    warm = policy.seconds[1:] or policy.seconds
-    warm_cpu = policy.cpu_seconds[1:] or policy.cpu_seconds
-    ref = statistics.median(policy.reference)
-    stages = sorted({k for s in policy.stages for k in s})
-    warm_stages = policy.stages[1:] or policy.stages
+    unchanged = policy.retick()
+    planner_rss = policy.close()
+    ticks = policy.ticks
+    warm_ticks = ticks[1:] or ticks
+    warm = [t.wall_s for t in warm_ticks]
+    warm_cpu = [t.cpu_s for t in warm_ticks]
+    ref = statistics.median(t.reference_s for t in ticks)
+    stages = sorted({k for t in ticks for k in t.stages})
     out: dict[str, Any] = {
         "scenario": sc.name,
         "seed": args.seed,
         "knobs": knobs,
         "collector": "default" if args.default_collector else "relaxed",
-        "ticks": len(policy.seconds),
+        "ticks": len(ticks),
         "gpus": gpus,
-        "jobs_per_snapshot": {"median": statistics.median(policy.jobs), "max": max(policy.jobs)},
-        "first_tick_s": round(policy.seconds[0], 3),
+        "jobs_per_snapshot": {
+            "median": statistics.median(t.jobs for t in ticks),
+            "max": max(t.jobs for t in ticks),
+        },
+        "first_tick_s": round(ticks[0].wall_s, 3),
         "median_tick_s": round(statistics.median(warm), 3),
         "p95_tick_s": round(_p95(warm), 3),
         "max_tick_s": round(max(warm), 3),
         "unchanged_retick_s": round(unchanged, 3),
-        "peak_rss_mib": round(_peak_rss_mib(), 1),
+        "planner_peak_rss_mib": round(planner_rss, 1),
+        "world_peak_rss_mib": round(_peak_rss_mib(), 1),
         "reference_median_s": round(ref, 4),
         "median_tick_in_reference_units": round(statistics.median(warm) / ref, 1),
         # CPU seconds of this process (the solver may add a thread): on a shared machine the
@@ -190,7 +234,7 @@ def main() -> None:
         "p95_tick_cpu_s": round(_p95(warm_cpu), 3),
         "run_wall_s": round(wall, 1),
         "median_stage_s": {
-            k: round(statistics.median(s.get(k, 0.0) for s in warm_stages), 3) for k in stages
+            k: round(statistics.median(t.stages.get(k, 0.0) for t in warm_ticks), 3) for k in stages
         },
     }
     targets = TARGETS.get(sc.name)
