@@ -760,3 +760,20 @@ def test_lp_fixing_path_matches_plain_solve() -> None:
 
 def _sorted(xs: Sequence[str]) -> list[str]:
     return sorted(xs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(p=problems())
+def test_the_milp_does_not_depend_on_the_order_exploration_items_come_in(
+    p: SelectionProblem,
+) -> None:
+    # The planner's items follow the iteration of sets of strings, which hash randomization
+    # changes from one interpreter to the next: the same problem must give the same MILP.
+    weights = list(p.exploration_weights.items())
+    reordered = attrs.evolve(p, exploration_weights=dict(reversed(weights)))
+    a, b = (formulate(compile_problem(q, SelectorConfig())) for q in (p, reordered))
+    assert a.row_names == b.row_names
+    assert np.array_equal(a.c, b.c)
+    assert np.array_equal(a.A.toarray(), b.A.toarray())
+    assert np.array_equal(a.row_lo, b.row_lo)
+    assert np.array_equal(a.row_hi, b.row_hi)

@@ -310,9 +310,15 @@ def compile_problem(problem: SelectionProblem, cfg: SelectorConfig) -> Compiled:
             kept_takes.append(takes[job][r])
         job_start.append(len(kept))
 
-    items = tuple(w for w, v in problem.exploration_weights.items() if v > 0)
+    # Items in a canonical order, not the mapping's, and each candidate's in index order: the
+    # same problem must give the same MILP, and both orders can follow the iteration of sets of
+    # strings, which differs between interpreters (hash randomization).  A MILP whose columns
+    # come in another order may stop at another plan within its gap.
+    items = tuple(sorted((w for w, v in problem.exploration_weights.items() if v > 0), key=repr))
     item_index = {e: i for i, e in enumerate(items)}
-    cover_items = tuple(tuple(item_index[e] for e in c.covers if e in item_index) for c in kept)
+    cover_items = tuple(
+        tuple(sorted(item_index[e] for e in c.covers if e in item_index)) for c in kept
+    )
     job_pos = {j: i for i, j in enumerate(job_ids)}
     beyond = [_beyond_held(c, r, problem, pool_index) for c, r in zip(kept, kept_rows, strict=True)]
     return Compiled(
