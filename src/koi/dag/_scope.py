@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -105,6 +106,17 @@ _FIELDS: dict[str, tuple[_Kind, type[enum.Enum] | None]] = {
 }
 _ORDER_OPS = ("<", "<=", ">", ">=")
 _OPS = ("==", "!=", "in", *_ORDER_OPS)
+# What each operator tests, ``(actual, value)``: a scope is matched against every candidate's
+# ranks each tick, so the test is looked up, not chosen by comparing strings.
+_TESTS: dict[str, Callable[[Any, Any], Any]] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "in": lambda actual, values: actual in values,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 def _coerce(field: str, raw: object) -> Scalar:
@@ -192,16 +204,7 @@ class Predicate:
         actual: Any = getattr(ctx, self.field)
         if isinstance(actual, enum.Enum):
             actual = actual.value
-        v = self.value
-        if self.op == "==":
-            return bool(actual == v)
-        if self.op == "!=":
-            return bool(actual != v)
-        if self.op == "in":
-            return actual in v
-        return bool(
-            {"<": actual < v, "<=": actual <= v, ">": actual > v, ">=": actual >= v}[self.op]
-        )
+        return bool(_TESTS[self.op](actual, self.value))
 
     def to_text(self) -> str:
         if self.op == "in":

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 from koi.config import CorrectionConfig, KoiConfig
-from koi.dag import RankContext
+from koi.dag import Mechanism, RankContext
 from koi.planner._regime import FLAT_OUT, Regime, capacity_sample, compared_on
 from koi.planner._strata import GLOBAL, stratum_for
 from koi.surrogate import RankCorrection, RankPrediction
@@ -262,15 +262,19 @@ def correction_fn(
     ]
     context = scope_context(job) if confident else None
 
+    applying: dict[Chain, list[Mechanism]] = {}  # per chain: its variables ask in turn
+
     def borrowed(chain: Chain, spec: ModelSpec, variable: str) -> float:
         gpu = gpus.get(chain.environment.gpu)
         if gpu is None or not confident:
             return 1.0
-        ctx = RankContext.from_rank(Rank(chain, 1), spec, gpu, job)
+        mechanisms = applying.get(chain)
+        if mechanisms is None:
+            ctx = RankContext.from_rank(Rank(chain, 1), spec, gpu, job)
+            mechanisms = applying[chain] = [m for m in confident if m.applies_to(ctx)]
         factors = [
             f
-            for m in confident
-            if m.applies_to(ctx)
+            for m in mechanisms
             for skey in state.mechanism_strata.get(m.id, ())
             if (f := store.factor(skey, variable, cc)) is not None
         ]
