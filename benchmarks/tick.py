@@ -21,11 +21,11 @@ planner's peak RSS ≤ 3 GiB on 2 cores.
 the same code can be timed under two settings).
 ``--default-collector`` keeps CPython's collector thresholds; by default the run is timed
 inside :func:`koi.collector.relaxed_collector`, as koi's own runs are (docs/scale.md).
-``median_tick_cpu_s`` is the same median in CPU seconds of the planner's process, steadier than wall
-time on a shared machine.  ``unchanged_retick_s`` times one more tick on the last snapshot with
-no new telemetry: what a tick costs when nothing changed (the planner takes every candidate's
-evaluation and the corrections in force from its memos then, but still re-proposes every job
-and solves the selection again).
+``median_tick_cpu_s`` is the same median in CPU seconds of the planner's process, steadier
+than wall time on a shared machine.  ``unchanged_retick_s`` times one more tick on the last
+snapshot with no new telemetry: what a tick costs when nothing changed (the planner takes every
+candidate's evaluation and the corrections in force from its memos then, but still re-proposes
+every job and solves the selection again).
 """
 
 from __future__ import annotations
