@@ -87,21 +87,26 @@ def _serve_planner(conn: Connection, config: KoiConfig, relaxed: bool) -> None:
     telemetry when asked (``retick``), and reports its peak RSS at ``close``."""
     planner = Planner(config=config)
     last: ClusterSnapshot | None = None
-    with relaxed_collector() if relaxed else nullcontext():
-        while True:
-            kind, snapshot, observations = conn.recv()
-            if kind == "close":
-                conn.send(_peak_rss_mib())
-                return
-            if kind == "retick":
-                snapshot, observations = last, ()
-            assert snapshot is not None
-            start, cpu = time.perf_counter(), time.process_time()
-            result = planner.tick(snapshot, observations)
-            wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
-            stages, jobs = dict(result.timings_s), len(snapshot.jobs)
-            conn.send((result.plan, TickRecord(wall, cpu_s, reference_workload(), stages, jobs)))
-            last = snapshot
+    try:
+        with relaxed_collector() if relaxed else nullcontext():
+            while True:
+                kind, snapshot, observations = conn.recv()
+                if kind == "close":
+                    conn.send(_peak_rss_mib())
+                    return
+                if kind == "retick":
+                    snapshot, observations = last, ()
+                assert snapshot is not None
+                start, cpu = time.perf_counter(), time.process_time()
+                result = planner.tick(snapshot, observations)
+                wall, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+                stages, jobs = dict(result.timings_s), len(snapshot.jobs)
+                conn.send(
+                    (result.plan, TickRecord(wall, cpu_s, reference_workload(), stages, jobs))
+                )
+                last = snapshot
+    except (EOFError, ConnectionError):  # the simulator's process is gone
+        return
 
 
 class PlannerProcess:
@@ -115,7 +120,9 @@ class PlannerProcess:
     def __init__(self, config: KoiConfig, *, relaxed: bool) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing inherited
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve_planner, args=(child, config, relaxed))
+        self._process = ctx.Process(
+            target=_serve_planner, args=(child, config, relaxed), daemon=True
+        )
         self._process.start()
         child.close()
         self.ticks: list[TickRecord] = []
